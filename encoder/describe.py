@@ -1,0 +1,48 @@
+"""`launch.py --describe`: parameters per module, from shapes alone (nothing is allocated)."""
+
+from __future__ import annotations
+
+import re
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+
+def parameter_shapes(model: nn.Module, batch: dict) -> dict:
+  """The model's parameter tree as ShapeDtypeStructs, without computing anything."""
+  variables = jax.eval_shape(lambda: model.init({'params': jax.random.key(0)}, batch))
+  return nn.unbox(variables)['params']
+
+
+def count(tree) -> int:
+  return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(tree)))
+
+
+def summary_rows(params: dict) -> list[tuple[str, int]]:
+  """(module path, parameter count) rows: one per encoder part, repeated layers folded."""
+  rows = []
+  for name, sub in params.items():
+    if name == 'encoder':
+      layers = sorted((k for k in sub if re.fullmatch(r'layer_\d+', k)),
+                      key=lambda k: int(k.split('_')[1]))
+      for part, value in sub.items():
+        if part not in layers:
+          rows.append((f'encoder/{part}', count(value)))
+      if layers:
+        per_layer = count(sub[layers[0]])
+        rows.append((f'encoder/layer_0..{len(layers) - 1} ({len(layers)} x {per_layer:,})',
+                     per_layer * len(layers)))
+    else:
+      rows.append((name, count(sub)))
+  return rows
+
+
+def describe(model: nn.Module, batch: dict) -> str:
+  params = parameter_shapes(model, batch)
+  rows = summary_rows(params)
+  width = max(len(name) for name, _ in rows) + 2
+  lines = [f'{model.__class__.__name__}: {model.config}', '']
+  lines += [f'{name:<{width}}{n:>15,}' for name, n in rows]
+  lines += ['', f'Total parameters: {count(params):,}']
+  return '\n'.join(lines)

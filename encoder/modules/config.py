@@ -1,0 +1,83 @@
+"""The model's shape: size presets and the frozen dataclass every module reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from encoder.errors import ConfigError
+
+# (num_layers, hidden_size, num_heads) of the BERT family (Turc et al., 2019; Devlin et al., 2019).
+SIZES = {
+    'tiny': (2, 128, 2),
+    'mini': (4, 256, 4),
+    'small': (4, 512, 8),
+    'medium': (8, 512, 8),
+    'base': (12, 768, 12),
+    'large': (24, 1024, 16),
+}
+ATTENTION_KINDS = ('bidirectional', 'causal')
+NORMS = ('post', 'pre')
+ACTIVATIONS = ('gelu', 'gelu_tanh', 'geglu')
+DTYPES = ('float32', 'bfloat16')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Hashable, so it can be a static field of Flax modules and jit."""
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  attention: str = 'bidirectional'
+  norm: str = 'post'
+  activation: str = 'gelu'
+  dtype: str = 'float32'
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+
+  def __post_init__(self):
+    for name, value, allowed in (('attention', self.attention, ATTENTION_KINDS),
+                                 ('norm', self.norm, NORMS),
+                                 ('activation', self.activation, ACTIVATIONS),
+                                 ('dtype', self.dtype, DTYPES)):
+      if value not in allowed:
+        raise ConfigError(f"model.{name}='{value}' is not one of {', '.join(allowed)}")
+    if self.hidden_size % self.num_heads:
+      raise ConfigError(f'model.hidden_size={self.hidden_size} is not divisible by '
+                        f'model.num_heads={self.num_heads}')
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+
+def model_config(model: Any, vocab_size: int | None = None) -> ModelConfig:
+  """Resolves `config.model` (a ConfigDict or dict) into a ModelConfig.
+
+  The size preset fills layers/hidden/heads; any field set explicitly wins; the intermediate
+  size defaults to 4 x hidden; the vocabulary defaults to `vocab_size` (the tokenizer's).
+  """
+  fields = dict(model)
+  size = fields.pop('size', 'base')
+  if size not in SIZES:
+    raise ConfigError(f"model.size='{size}' is not one of {', '.join(SIZES)}")
+  layers, hidden, heads = SIZES[size]
+  preset = {'num_layers': layers, 'hidden_size': hidden, 'num_heads': heads}
+  values = {k: v for k, v in fields.items() if v is not None}
+  resolved = {**preset, **values}
+  resolved.setdefault('intermediate_size', 4 * resolved['hidden_size'])
+  if 'vocab_size' not in resolved:
+    if vocab_size is None:
+      raise ConfigError('model.vocab_size is unset and no tokenizer gives one')
+    resolved['vocab_size'] = vocab_size
+  known = {f.name for f in dataclasses.fields(ModelConfig)}
+  unknown = sorted(set(resolved) - known)
+  if unknown:
+    raise ConfigError(f"unknown model field(s): {', '.join(unknown)}")
+  return ModelConfig(**resolved)

@@ -1,0 +1,103 @@
+"""Encoder block, encoder stack and [CLS] pooler."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from encoder.modules.attention import SelfAttention
+from encoder.modules.common import activation, dense, layer_norm
+from encoder.modules.config import ModelConfig
+from encoder.modules.embeddings import Embeddings
+
+
+class Mlp(nn.Module):
+  """dense -> GELU -> dense; `geglu` gates the GELU with a second projection (Shazeer, 2020)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    cfg = self.config
+    if cfg.activation == 'geglu':
+      gate = dense(cfg, cfg.intermediate_size, ('embed', 'mlp'), 'gate')(x)
+      up = dense(cfg, cfg.intermediate_size, ('embed', 'mlp'), 'intermediate')(x)
+      h = jax.nn.gelu(gate, approximate=False) * up
+    else:
+      h = activation(cfg.activation, dense(cfg, cfg.intermediate_size, ('embed', 'mlp'),
+                                           'intermediate')(x))
+    return dense(cfg, cfg.hidden_size, ('mlp', 'embed'), 'output')(h)
+
+
+class EncoderBlock(nn.Module):
+  """Attention and MLP sublayers with residuals; LayerNorm after each (BERT) or before (pre-LN)."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, input_mask: jax.Array, *, deterministic: bool = True,
+               return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
+    cfg = self.config
+    attention = SelfAttention(cfg, name='attention')
+    attention_norm, mlp_norm = layer_norm(cfg, 'attention_norm'), layer_norm(cfg, 'mlp_norm')
+    mlp = Mlp(cfg, name='mlp')
+    drop = nn.Dropout(cfg.dropout_rate)
+
+    def attend(h):
+      return attention(h, input_mask, deterministic=deterministic, return_probs=return_probs)
+
+    if cfg.norm == 'pre':
+      a, probs = attend(attention_norm(x))
+      x = x + drop(a, deterministic=deterministic)
+      x = x + drop(mlp(mlp_norm(x)), deterministic=deterministic)
+    else:
+      a, probs = attend(x)
+      x = attention_norm(x + drop(a, deterministic=deterministic))
+      x = mlp_norm(x + drop(mlp(x), deterministic=deterministic))
+    return x, probs
+
+
+@flax.struct.dataclass
+class EncoderOutput:
+  sequence_output: jax.Array  # [batch, seq, hidden]
+  pooled_output: jax.Array  # [batch, hidden]: dense + tanh of the [CLS] position
+  attention_probs: tuple[jax.Array, ...] | None = None  # per layer [batch, heads, seq, seq]
+
+
+class Encoder(nn.Module):
+  """Embeddings, `num_layers` blocks (a final LayerNorm under pre-LN) and the pooler."""
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embeddings = Embeddings(cfg)
+    self.layers = [EncoderBlock(cfg, name=f'layer_{i}') for i in range(cfg.num_layers)]
+    if cfg.norm == 'pre':
+      self.final_norm = layer_norm(cfg, 'final_norm')
+    self.pooler = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
+
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
+               input_mask: jax.Array | None = None, *, deterministic: bool = True,
+               return_probs: bool = False) -> EncoderOutput:
+    cfg = self.config
+    if input_ids.shape[-1] > cfg.max_position_embeddings:
+      raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
+                       f'max_position_embeddings={cfg.max_position_embeddings}')
+    if segment_ids is None:
+      segment_ids = jnp.zeros_like(input_ids)
+    if input_mask is None:
+      input_mask = jnp.ones_like(input_ids)
+    x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    all_probs = []
+    for layer in self.layers:
+      x, probs = layer(x, input_mask, deterministic=deterministic, return_probs=return_probs)
+      all_probs.append(probs)
+    if cfg.norm == 'pre':
+      x = self.final_norm(x)
+    pooled = jnp.tanh(self.pooler(x[:, 0]))
+    return EncoderOutput(sequence_output=x, pooled_output=pooled,
+                         attention_probs=tuple(all_probs) if return_probs else None)
+
+  def word_embedding_table(self) -> jax.Array:
+    """The [vocab, hidden] matrix the MLM head decodes through (weight tying)."""
+    return self.embeddings.word_embeddings.embedding

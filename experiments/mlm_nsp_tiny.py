@@ -1,0 +1,28 @@
+"""BERT-tiny MLM + NSP on the embedded corpus: learns clearly in under 10 minutes on a laptop CPU.
+
+  python launch.py --exp mlm_nsp_tiny
+
+Two layers, hidden 128, two heads, a 4k SentencePiece vocabulary trained on the Python
+documentation; a short warmup and a high learning rate, as small models tolerate.
+"""
+
+from experiments import mlm_nsp_base
+
+DESCRIPTION = 'BERT-tiny MLM + NSP on the embedded Python docs; minutes on a CPU'
+
+
+def get_config(arg=None):
+  c = mlm_nsp_base.base_config()
+  c.experiment = 'mlm_nsp_tiny'
+  c.model.size = 'tiny'
+  c.data.vocab_size = 4096
+  c.data.max_seq_length = 128
+  t = c.train
+  t.num_steps = 2000
+  t.batch_size = 64
+  t.learning_rate = 1e-3
+  t.warmup_steps = 200
+  t.log_every = 50
+  t.eval_every = 500
+  t.checkpoint_every = 500
+  return mlm_nsp_base.apply_variants(c, arg)

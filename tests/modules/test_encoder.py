@@ -1,0 +1,126 @@
+"""Behaviour of the encoder: who sees whom, padding, dtypes, the two attention paths."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.modules.helpers import init_encoder, random_inputs, tiny_config
+
+
+def outputs(model, variables, ids, segments, mask, **kw):
+  return model.apply(variables, ids, segments, mask, **kw).sequence_output
+
+
+@pytest.mark.parametrize('norm', ['post', 'pre'])
+def test_bidirectional_sees_the_right_context_and_causal_does_not(norm):
+  for attention in ('bidirectional', 'causal'):
+    model, variables = init_encoder(tiny_config(attention=attention, norm=norm))
+    ids, segments, mask = random_inputs()
+    base = outputs(model, variables, ids, segments, mask)
+    for j in range(1, ids.shape[1]):
+      changed = ids.at[:, j].set((ids[:, j] + 7) % 90 + 5)
+      out = outputs(model, variables, changed, segments, mask)
+      moved = np.abs(np.asarray(out - base)).max(axis=-1)[:, :j]  # positions i < j
+      if attention == 'bidirectional':
+        assert (moved > 1e-5).all(), (j, moved)
+      else:
+        np.testing.assert_array_equal(moved, 0.0)
+
+
+@pytest.mark.parametrize('attention', ['bidirectional', 'causal'])
+def test_padded_tokens_do_not_change_real_positions(attention):
+  model, variables = init_encoder(tiny_config(attention=attention))
+  ids, segments, _ = random_inputs()
+  mask = jnp.array([[1] * 5 + [0] * 3, [1] * 8])
+  base = model.apply(variables, ids, segments, mask)
+  garbage = jnp.where(mask == 1, ids, (ids * 3) % 90 + 5)
+  garbage_segments = jnp.where(mask == 1, segments, 1 - segments)
+  out = model.apply(variables, garbage, garbage_segments, mask)
+  real = np.asarray(mask, bool)
+  np.testing.assert_allclose(np.asarray(out.sequence_output)[real],
+                             np.asarray(base.sequence_output)[real], atol=1e-6)
+  np.testing.assert_allclose(out.pooled_output, base.pooled_output, atol=1e-6)
+  assert np.abs(np.asarray(out.sequence_output - base.sequence_output))[~real].max() > 1e-4
+
+
+def test_fused_and_explicit_attention_paths_agree_and_probs_are_masked():
+  model, variables = init_encoder(tiny_config())
+  ids, segments, _ = random_inputs()
+  mask = jnp.array([[1] * 6 + [0] * 2, [1] * 8])
+  fused = model.apply(variables, ids, segments, mask)
+  explicit = model.apply(variables, ids, segments, mask, return_probs=True)
+  np.testing.assert_allclose(fused.sequence_output, explicit.sequence_output, atol=1e-5)
+  assert len(explicit.attention_probs) == 2
+  probs = np.asarray(explicit.attention_probs[0])
+  assert probs.shape == (2, 4, 8, 8)
+  np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+  np.testing.assert_array_equal(probs[0, :, :, 6:], 0.0)
+
+
+def test_causal_probs_are_lower_triangular():
+  model, variables = init_encoder(tiny_config(attention='causal'))
+  out = model.apply(variables, *random_inputs(), return_probs=True)
+  probs = np.asarray(out.attention_probs[1])
+  assert np.abs(np.triu(probs, k=1)).max() == 0.0
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+  model, variables = init_encoder(tiny_config())
+  inputs = random_inputs()
+  a = outputs(model, variables, *inputs)
+  b = outputs(model, variables, *inputs)
+  np.testing.assert_array_equal(a, b)
+  rngs = lambda seed: {'dropout': jax.random.key(seed)}
+  c = outputs(model, variables, *inputs, deterministic=False, rngs=rngs(0))
+  d = outputs(model, variables, *inputs, deterministic=False, rngs=rngs(1))
+  assert np.abs(np.asarray(c - d)).max() > 1e-3
+
+
+@pytest.mark.parametrize('overrides', [{}, {'norm': 'pre'}, {'activation': 'geglu'}])
+def test_bfloat16_compute_matches_float32(overrides):
+  model32, variables = init_encoder(tiny_config(**overrides))
+  model16, _ = init_encoder(tiny_config(dtype='bfloat16', **overrides))
+  inputs = random_inputs()
+  out32 = model32.apply(variables, *inputs)
+  out16 = model16.apply(variables, *inputs)
+  assert out16.sequence_output.dtype == jnp.bfloat16
+  # Post-LN outputs are unit-scale; bfloat16 has an 8-bit mantissa (relative step 2^-8 = 0.004)
+  # and two layers of rounding accumulate to a few hundredths at most.
+  np.testing.assert_allclose(np.asarray(out16.sequence_output, np.float32),
+                             out32.sequence_output, atol=0.06)
+  assert jax.tree.leaves(variables)[0].dtype == jnp.float32
+
+
+def test_parameters_have_logical_axis_names_and_bert_init():
+  import flax.linen as nn
+  model, variables = init_encoder(tiny_config(vocab_size=2000, hidden_size=128,
+                                              intermediate_size=512))
+  boxed = jax.tree.leaves(variables, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+  assert boxed and all(isinstance(b, nn.Partitioned) for b in boxed)
+  assert all(len(b.names) == b.value.ndim for b in boxed)
+  params = nn.unbox(variables)['params']
+  table = np.asarray(params['embeddings']['word_embeddings']['embedding'])
+  assert 0.017 < table.std() < 0.023 and np.abs(table).max() <= 2 * 0.02 + 1e-6
+  query = params['layer_0']['attention']['query']
+  np.testing.assert_array_equal(query['bias'], 0.0)
+  np.testing.assert_array_equal(params['layer_0']['attention_norm']['scale'], 1.0)
+
+
+def test_pre_ln_adds_a_final_norm_and_sequence_limit_is_enforced():
+  _, variables = init_encoder(tiny_config(norm='pre'))
+  assert 'final_norm' in variables['params']
+  model, variables = init_encoder(tiny_config())
+  assert 'final_norm' not in variables['params']
+  with pytest.raises(ValueError, match='max_position_embeddings'):
+    model.apply(variables, *random_inputs(seq=17))
+
+
+def test_importing_the_package_does_no_heavy_work():
+  code = ('import sys, encoder; heavy = {"jax", "flax", "tensorflow_datasets", "orbax"}; '
+          'print(sorted(heavy & set(sys.modules)))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == '[]'
