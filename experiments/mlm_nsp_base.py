@@ -61,6 +61,7 @@ def base_config() -> config_dict.ConfigDict:
   d.dupe_factor = 1  # instance passes over the corpus (the original used 10 with static masks)
   d.eval_fraction = 0.02  # share of whole documents held out for eval
   d.max_eval_documents = 1000
+  d.tfds_data_dir = ''  # '' is TFDS's default (~/tensorflow_datasets)
   d.cache_dir = ''  # '' caches tokenized data in WORKDIR/cache
   d.prefetch = 4  # batches prepared ahead in a background thread
 
@@ -83,6 +84,7 @@ def base_config() -> config_dict.ConfigDict:
   t.eval_batches = 20
   t.checkpoint_every = 10_000
   t.keep_checkpoints = 3
+  t.stop_at_step = 0  # >0: save and stop after this step, as if preempted (time-sliced jobs)
   return c
 
 

@@ -81,3 +81,10 @@ def model_config(model: Any, vocab_size: int | None = None) -> ModelConfig:
   if unknown:
     raise ConfigError(f"unknown model field(s): {', '.join(unknown)}")
   return ModelConfig(**resolved)
+
+
+def resolved_fields(model: Any, vocab_size: int | None = None) -> dict:
+  """`config.model` with every field the preset or a default fills written out, so a saved
+  config.json states the architecture in numbers (what `encoder.load` rebuilds from)."""
+  resolved = dataclasses.asdict(model_config(model, vocab_size))
+  return {'size': dict(model).get('size', 'base'), **resolved}

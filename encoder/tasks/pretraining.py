@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -62,41 +64,72 @@ def max_predictions(config) -> int:
   return given if given is not None else round(config.data.max_seq_length * config.data.mask_rate)
 
 
-def loss_and_metrics(outputs: dict, batch: dict) -> tuple[jax.Array, dict]:
-  """Mean loss for the gradient, plus metric *sums and counts* (divided once, when logged).
+def loss_denominators(batch: dict) -> dict:
+  """What each loss term is averaged over. The train step sums these over microbatches and
+  devices first, so the loss (and gradient) is the same however the batch is split."""
+  return {'mlm': batch['masked_weights'].astype(jnp.float32).sum(),
+          'nsp': jnp.asarray(batch['input_ids'].shape[0], jnp.float32)}
 
-  The MLM loss is the mean over real masked predictions (`masked_weights`), as BERT's.
+
+def loss_and_metrics(outputs: dict, batch: dict,
+                     denominators: dict | None = None) -> tuple[jax.Array, dict]:
+  """This batch's share of the loss, plus metric *sums and counts* (divided once, when logged).
+
+  The MLM loss is the mean cross-entropy over real masked predictions (`masked_weights`), the
+  NSP loss the mean over sequences, as BERT's; `denominators` are the global counts.
   """
+  if denominators is None:
+    denominators = loss_denominators(batch)
   weights = batch['masked_weights'].astype(jnp.float32)
   mlm_xent = optax.softmax_cross_entropy_with_integer_labels(outputs['mlm_logits'],
                                                              batch['masked_ids'])
-  mlm_correct = (outputs['mlm_logits'].argmax(-1) == batch['masked_ids']) * weights
-  num_masked = weights.sum()
   mlm_loss_sum = (mlm_xent * weights).sum()
-  loss = mlm_loss_sum / jnp.maximum(num_masked, 1.0)
-  num_sequences = jnp.asarray(batch['input_ids'].shape[0], jnp.float32)
-  sums = {'mlm_loss': mlm_loss_sum, 'mlm_accuracy': mlm_correct.sum(),
-          'mlm_count': num_masked, 'seq_count': num_sequences}
+  loss = mlm_loss_sum / jnp.maximum(denominators['mlm'], 1.0)
+  mlm_correct = (outputs['mlm_logits'].argmax(-1) == batch['masked_ids']) * weights
+  sums = {'mlm_loss': mlm_loss_sum, 'mlm_accuracy': mlm_correct.sum(), 'mlm_count': weights.sum(),
+          'seq_count': jnp.asarray(batch['input_ids'].shape[0], jnp.float32)}
   if 'nsp_logits' in outputs:
     nsp_xent = optax.softmax_cross_entropy_with_integer_labels(outputs['nsp_logits'],
                                                                batch['nsp_label'])
-    loss = loss + nsp_xent.mean()
+    loss = loss + nsp_xent.sum() / denominators['nsp']
     sums['nsp_loss'] = nsp_xent.sum()
-    sums['nsp_accuracy'] = (outputs['nsp_logits'].argmax(-1) == batch['nsp_label']).sum().astype(
-        jnp.float32)
-  sums['loss'] = loss * num_sequences  # so the reduced `loss` is the mean of per-batch losses
+    nsp_correct = outputs['nsp_logits'].argmax(-1) == batch['nsp_label']
+    sums['nsp_accuracy'] = nsp_correct.sum().astype(jnp.float32)
   return loss, sums
 
 
 def reduce_metrics(sums: dict) -> dict:
-  """Metric sums (over steps and devices) -> the reported means, with perplexity."""
+  """Metric sums (over steps and devices) -> the reported means, with perplexity.
+
+  `loss` is `mlm_loss + nsp_loss`, each averaged over the whole window, which for a one-step
+  window is exactly the objective the step minimised.
+  """
   sums = {k: float(v) for k, v in sums.items()}
   mlm_count, seq_count = max(sums['mlm_count'], 1.0), max(sums['seq_count'], 1.0)
-  result = {'loss': sums['loss'] / seq_count,
-            'mlm_loss': sums['mlm_loss'] / mlm_count,
+  result = {'mlm_loss': sums['mlm_loss'] / mlm_count,
             'mlm_accuracy': sums['mlm_accuracy'] / mlm_count}
-  result['perplexity'] = float(jnp.exp(min(result['mlm_loss'], 50.0)))
+  result['perplexity'] = math.exp(min(result['mlm_loss'], 50.0))
+  result['loss'] = result['mlm_loss']
   if 'nsp_loss' in sums:
     result['nsp_loss'] = sums['nsp_loss'] / seq_count
     result['nsp_accuracy'] = sums['nsp_accuracy'] / seq_count
+    result['loss'] += result['nsp_loss']
   return result
+
+
+def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
+  """The corpus pipeline: `.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`."""
+  from encoder.data.pipeline import build_pretraining_data
+  return build_pretraining_data(config, workdir, process_index=process_index,
+                                process_count=process_count)
+
+
+def resolve_config(config, data) -> None:
+  """Fills what only the data knows: the vocabulary size, from the tokenizer."""
+  vocab = data.tokenizer.vocab_size
+  if config.model.vocab_size is None:
+    config.model.vocab_size = vocab
+  elif config.model.vocab_size < vocab:
+    from encoder.errors import ConfigError
+    raise ConfigError(f'model.vocab_size={config.model.vocab_size} is smaller than the '
+                      f"tokenizer's vocabulary ({vocab})")

@@ -1,0 +1,66 @@
+"""Content-addressed cache files: keys are hashes of every setting that made the data.
+
+Writes go to a temporary file renamed into place, so a crash never leaves a half-written file that
+a restart would trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+
+def digest(obj: Any) -> str:
+  """A short stable hash of a JSON-serialisable object (dict keys sorted)."""
+  text = json.dumps(obj, sort_keys=True, default=str)
+  return hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]
+
+
+def file_digest(paths: list[str]) -> str:
+  """Hash of the contents of files (e.g. a saved tokenizer): its identity for cache keys."""
+  h = hashlib.sha256()
+  for path in sorted(paths):
+    h.update(os.path.basename(path).encode())
+    with open(path, 'rb') as f:
+      h.update(f.read())
+  return h.hexdigest()[:16]
+
+
+def _atomic(path: str, write) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix=os.path.basename(path))
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      write(f)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def write_json(path: str, obj: Any) -> None:
+  _atomic(path, lambda f: f.write(json.dumps(obj).encode('utf-8')))
+
+
+def write_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+  """Saves an uncompressed .npz (fast to load) atomically."""
+  _atomic(path, lambda f: np.savez(f, **arrays))
+
+
+def read_arrays(path: str) -> dict[str, np.ndarray] | None:
+  """The arrays saved at `path`, or None when absent."""
+  if not os.path.exists(path):
+    return None
+  with np.load(path) as z:
+    return {k: z[k] for k in z.files}
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  _atomic(path, lambda f: f.write(data))

@@ -1,0 +1,92 @@
+"""Where metrics go: metrics.jsonl, TensorBoard event files (no TensorFlow) and a progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+
+class MetricWriter:
+  """Appends `{"step", "split", <metric>: value}` lines; mirrors them to TensorBoard.
+
+  Only process 0 writes; other hosts get a writer that does nothing, so the loop needs no
+  branches. On resume, lines past the restored step are dropped first, so the file reads as
+  if the run had never stopped.
+  """
+
+  def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0):
+    self.enabled = enabled
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self._tb = None
+    if not enabled:
+      return
+    _truncate_after(self.path, resume_step)
+    from tensorboardX import SummaryWriter
+    self._tb = SummaryWriter(logdir=workdir, flush_secs=30)
+
+  def write(self, step: int, split: str, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    record = {'step': int(step), 'split': split}
+    record.update({k: float(v) for k, v in sorted(metrics.items())})
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(record) + '\n')
+    for name, value in metrics.items():
+      if math.isfinite(float(value)):
+        self._tb.add_scalar(f'{split}/{name}', float(value), step)
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def _truncate_after(path: str, step: int) -> None:
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = [line for line in f if line.strip()]
+  kept = [line for line in lines if json.loads(line)['step'] <= step]
+  if len(kept) != len(lines):
+    with open(path + '.tmp', 'w') as f:
+      f.writelines(kept)
+    os.replace(path + '.tmp', path)
+
+
+def read_metrics(workdir: str, split: str | None = None) -> list[dict]:
+  """The records of `metrics.jsonl`, optionally of one split."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  return [r for r in records if split is None or r['split'] == split]
+
+
+class Progress:
+  """A tqdm bar over steps with loss, steps/s, examples/s and ETA, updated at log steps."""
+
+  def __init__(self, start: int, total: int, batch_size: int, enabled: bool = True):
+    self.batch_size = batch_size
+    self.bar = tqdm(total=total, initial=start, unit='step', dynamic_ncols=True,
+                    disable=not enabled, file=sys.stderr, mininterval=1.0, smoothing=0.1)
+    self._last_step, self._last_time = start, time.perf_counter()
+
+  def rates(self, step: int) -> tuple[float, float]:
+    """Steps/s and examples/s since the previous call."""
+    now = time.perf_counter()
+    steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    self._last_step, self._last_time = step, now
+    return steps_per_sec, steps_per_sec * self.batch_size
+
+  def update(self, step: int, **postfix) -> None:
+    self.bar.update(step - self.bar.n)
+    if postfix:
+      self.bar.set_postfix({k: f'{v:.4g}' for k, v in postfix.items()}, refresh=False)
+
+  def write(self, message: str) -> None:
+    self.bar.write(message, file=sys.stderr)
+
+  def close(self) -> None:
+    self.bar.close()

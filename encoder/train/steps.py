@@ -1,0 +1,82 @@
+"""Pure train and eval steps, pmap-ed over local devices along the axis `batch`.
+
+A step sees one device's slice of the batch. Loss denominators (masked-token and sequence
+counts) are summed over microbatches and devices before the loss is formed, and gradients are
+summed, so one device and eight give the same update for the same global batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from encoder.train.parallel import AXIS
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: optimizer updates done
+  params: Any
+  opt_state: Any
+  rng: jax.Array  # raw uint32 key data, so plain Orbax can save and restore it
+
+
+def create_state(params, tx: optax.GradientTransformation, seed: int) -> TrainState:
+  return TrainState(step=jnp.asarray(0, jnp.int32), params=params, opt_state=tx.init(params),
+                    rng=jax.random.key_data(jax.random.key(seed)))
+
+
+def _split_microbatches(batch: dict, n: int) -> dict:
+  return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+
+
+def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1):
+  """One optimizer update; returns the new state and this step's metric sums (psum-ed)."""
+  rng = jax.random.wrap_key_data(state.rng)
+  rng = jax.random.fold_in(jax.random.fold_in(rng, state.step), jax.lax.axis_index(AXIS))
+  denominators = jax.lax.psum(task.loss_denominators(batch), AXIS)
+
+  def loss_fn(params, microbatch, dropout_rng):
+    outputs = model.apply({'params': params}, microbatch, deterministic=False,
+                          rngs={'dropout': dropout_rng})
+    return task.loss_and_metrics(outputs, microbatch, denominators)
+
+  grad_fn = jax.grad(loss_fn, has_aux=True)
+  if grad_accum_steps == 1:
+    grads, sums = grad_fn(state.params, batch, rng)
+  else:
+    def accumulate(carry, xs):
+      index, microbatch = xs
+      grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(rng, index))
+      return jax.tree.map(jnp.add, carry, (grads, sums)), None
+
+    micro = _split_microbatches(batch, grad_accum_steps)
+    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
+        grad_fn, state.params, jax.tree.map(lambda x: x[0], micro), rng))
+    (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+  grads = jax.lax.psum(grads, AXIS)
+  sums = jax.lax.psum(sums, AXIS)
+  sums['grad_norm'] = optax.global_norm(grads)  # identical on every device; averaged when logged
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), sums
+
+
+def eval_step(params, batch: dict, *, model, task) -> dict:
+  outputs = model.apply({'params': params}, batch, deterministic=True)
+  _, sums = task.loss_and_metrics(outputs, batch, jax.lax.psum(task.loss_denominators(batch), AXIS))
+  return jax.lax.psum(sums, AXIS)
+
+
+def pmap_steps(model, task, tx, grad_accum_steps: int = 1):
+  """The jit-compiled, pmap-ed train step (state donated) and eval step."""
+  train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
+                                     grad_accum_steps=grad_accum_steps),
+                   axis_name=AXIS, donate_argnums=(0,))
+  evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task), axis_name=AXIS)
+  return train, evaluate

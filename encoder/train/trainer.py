@@ -1,0 +1,221 @@
+"""`train_and_evaluate(config, workdir)`: the whole training run as one linear function.
+
+The trainer never branches on the task: it asks `encoder.tasks.get_task(config.task)` for a
+model, a loss, metric reduction and data, and runs the same loop for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from encoder import configs
+from encoder.errors import ConfigError
+from encoder.modules.config import resolved_fields
+from encoder.tasks import get_task
+from encoder.train import checkpoint as ckpt_lib
+from encoder.train import parallel
+from encoder.train.metric_writer import MetricWriter, Progress
+from encoder.train.optim import learning_rate_schedule, make_optimizer
+from encoder.train.steps import TrainState, create_state, pmap_steps
+
+log = logging.getLogger('encoder')
+
+# Fields a resumed run may change; anything else differing from the workdir's config.json
+# means the workdir belongs to another run.
+RESUMABLE_KEYS = frozenset({
+    'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
+    'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
+    'train.stop_at_step', 'init_from'})
+
+
+def setup_logging() -> None:
+  """Our INFO lines on stderr, whatever a library did to the root logger first."""
+  if not log.handlers:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter('%(asctime)s %(message)s', datefmt='%H:%M:%S'))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+  for noisy in ('absl', 'orbax', 'jax'):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def check_workdir(config, workdir: str) -> dict | None:
+  """The workdir's saved config if it belongs to this run; ConfigError if it belongs to another."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    saved = json.load(f)
+  current = configs.from_json(configs.to_json(config))
+  for key in configs.flatten_keys(current):
+    here = _get(current.to_dict(), key)
+    there = _get(saved, key)
+    if key in RESUMABLE_KEYS or here is None or here == there:
+      continue
+    raise ConfigError(
+        f"workdir '{workdir}' belongs to a different run ({key}={there!r} there, {here!r} "
+        'here): pass another --workdir, or the same settings to resume it')
+  return saved
+
+
+def _get(tree: dict, dotted: str):
+  for part in dotted.split('.'):
+    if not isinstance(tree, dict) or part not in tree:
+      return None
+    tree = tree[part]
+  return tree
+
+
+def write_config(config, workdir: str) -> None:
+  os.makedirs(workdir, exist_ok=True)
+  tmp = os.path.join(workdir, 'config.json.tmp')
+  with open(tmp, 'w') as f:
+    f.write(configs.to_json(config))
+  os.replace(tmp, os.path.join(workdir, 'config.json'))
+
+
+def init_params(model: nn.Module, batch: dict, seed: int) -> dict:
+  """Float32 parameters on the host, logical-axis boxes removed."""
+  variables = jax.jit(model.init)({'params': jax.random.key(seed)}, batch)
+  return jax.tree.map(np.asarray, nn.unbox(variables)['params'])
+
+
+class _StopRequest:
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (preemption)."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def _handle(self, signum, _frame):
+    self.signal = signal.Signals(signum).name
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains (or resumes) `config` in `workdir`; returns the final eval metrics."""
+  setup_logging()
+  workdir = os.path.abspath(workdir)
+  task = get_task(config.task)
+  saved = check_workdir(config, workdir)
+  if config.init_from and saved is None:
+    ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
+  t = config.train
+  per_device = parallel.per_device_batch_size(t.batch_size, t.grad_accum_steps)
+  is_main = jax.process_index() == 0
+
+  data = task.datasets(config, workdir, jax.process_index(), jax.process_count())
+  task.resolve_config(config, data)
+  config.model.update(resolved_fields(config.model))
+  if is_main:
+    write_config(config, workdir)
+  model = task.build_model(config)
+  tx = make_optimizer(t)
+  params = init_params(model, task.dummy_batch(config), t.seed)
+  if config.init_from and saved is None:
+    loaded = ckpt_lib.load_params(config.init_from)
+    params, fresh = ckpt_lib.merge_init_from(params, loaded)
+    log.info('Initialised from %s; freshly initialised: %s', config.init_from,
+             ', '.join(fresh) or 'nothing')
+  state = create_state(params, tx, t.seed)
+
+  checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints)
+  data_state = None
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    train_like = {'step': state.step, 'opt_state': state.opt_state, 'rng': state.rng}
+    params, train, data_state = checkpointer.restore(latest, state.params, train_like)
+    state = TrainState(step=train['step'], params=params, opt_state=train['opt_state'],
+                       rng=train['rng'])
+    log.info('Resuming from checkpoint at step %d in %s', latest, checkpointer.directory)
+  start = int(state.step)
+
+  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
+  log.info('%d device(s) on %d host(s): global batch %d = %d per device x %d devices; '
+           '%s parameters; %d steps', jax.device_count(), jax.process_count(), t.batch_size,
+           per_device, jax.device_count(), f'{num_params:,}', t.num_steps)
+  for split, stats in getattr(data, 'stats', {}).items():
+    log.info('data %s: %s', split, stats)
+
+  train_step, eval_step = pmap_steps(model, task, tx, t.grad_accum_steps)
+  schedule = learning_rate_schedule(t)
+  writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
+  progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
+  train_iter = data.train_iterator(data_state)
+  eval_batches = [parallel.shard(b) for b in data.eval_batches(t.eval_batches)]
+
+  def evaluate(rstate) -> dict:
+    sums = [eval_step(rstate.params, batch) for batch in eval_batches]
+    total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *jax.device_get(sums))
+    return task.reduce_metrics(total)
+
+  def save(rstate, step: int) -> None:
+    host = parallel.unreplicate(rstate)
+    checkpointer.save(step, host.params,
+                      {'step': host.step, 'opt_state': host.opt_state, 'rng': host.rng},
+                      train_iter.state(), force=True)
+
+  rstate = parallel.replicate(state)
+  del state, params
+  window, eval_metrics = [], {}
+  step = start
+  with _StopRequest() as stop:
+    while step < t.num_steps:
+      rstate, sums = train_step(rstate, parallel.shard(next(train_iter)))
+      window.append(sums)
+      step += 1
+      last = step == t.num_steps
+      if step % t.log_every == 0 or last:
+        metrics = _reduce_window(task, window)
+        steps_per_sec, examples_per_sec = progress.rates(step)
+        metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
+                       examples_per_sec=examples_per_sec)
+        writer.write(step, 'train', metrics)
+        progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
+                        examples_per_sec=examples_per_sec)
+        window = []
+      if step % t.eval_every == 0 or last:
+        eval_metrics = evaluate(rstate)
+        writer.write(step, 'eval', eval_metrics)
+        progress.write(f'step {step} eval: ' + ', '.join(
+            f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
+      if step == t.stop_at_step and not stop.signal:
+        stop.signal = f'train.stop_at_step={step}'
+      if step % t.checkpoint_every == 0 or last or stop.signal:
+        save(rstate, step)
+      if stop.signal:
+        progress.write(f'Stopped by {stop.signal} at step {step}: checkpoint saved; run the '
+                       'same command to resume.')
+        break
+  checkpointer.wait()
+  checkpointer.close()
+  progress.close()
+  writer.close()
+  return eval_metrics
+
+
+def _reduce_window(task, window: list) -> dict:
+  """Fetches a log window's metric sums from the devices (the only host sync) and reduces them."""
+  host = jax.device_get(window)
+  total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *host)
+  grad_norm = total.pop('grad_norm') / len(window)
+  metrics = task.reduce_metrics(total)
+  metrics['grad_norm'] = float(grad_norm)
+  return metrics

@@ -1,0 +1,40 @@
+"""A small real-text corpus and a shared cache, so trainer tests tokenize once per session."""
+
+import os
+import re
+
+import pytest
+from pydoc_data.topics import topics
+
+
+def write_corpus(path) -> str:
+  """Python's pydoc topics in BERT's format: a sentence per line, a blank line per document."""
+  with open(path, 'w') as f:
+    for name in sorted(topics)[:120]:
+      text = re.sub(r'\s+', ' ', topics[name])
+      sentences = [s.strip() for s in re.split(r'(?<=[.!?])\s+(?=[A-Z])', text) if len(s) > 20]
+      if len(sentences) >= 2:
+        f.write('\n'.join(sentences) + '\n\n')
+  return str(path)
+
+
+@pytest.fixture(scope='session')
+def corpus(tmp_path_factory) -> str:
+  return write_corpus(tmp_path_factory.mktemp('corpus') / 'topics.txt')
+
+
+@pytest.fixture(scope='session')
+def cache_dir(tmp_path_factory) -> str:
+  return str(tmp_path_factory.mktemp('cache'))
+
+
+def smoke_overrides(corpus: str, cache_dir: str, *extra: str) -> list[str]:
+  """Overrides that make `:smoke` runs use the test corpus and cache, without dropout."""
+  return [f'data.corpus=text:{corpus}', f'data.cache_dir={cache_dir}',
+          'model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0', *extra]
+
+
+def launch_cmd(workdir, corpus, cache_dir, *extra, exp='mlm_nsp_tiny:smoke') -> list[str]:
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return ['python', os.path.join(root, 'launch.py'), '--exp', exp, '--workdir', str(workdir),
+          *(f'--config.{o}' for o in smoke_overrides(corpus, cache_dir, *extra))]

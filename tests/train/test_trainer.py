@@ -1,0 +1,148 @@
+"""The training loop end to end on `:smoke` configs: devices, accumulation, resume, errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint  # noqa: F401  (imported here so the subprocess test does not time it)
+import pytest
+
+from encoder import configs
+from encoder.errors import CheckpointError, ConfigError
+from encoder.train.metric_writer import read_metrics
+from encoder.train.trainer import train_and_evaluate
+from tests.train.conftest import launch_cmd, smoke_overrides
+
+
+def train(workdir, corpus, cache_dir, *extra, exp='mlm_nsp_tiny:smoke'):
+  config = configs.load_experiment(exp)
+  configs.apply_overrides(config, smoke_overrides(corpus, cache_dir, *extra))
+  return train_and_evaluate(config, str(workdir))
+
+
+def losses(workdir, split='train'):
+  return {r['step']: r['loss'] for r in read_metrics(str(workdir), split)}
+
+
+def run_cli(cmd, devices):
+  env = {**os.environ, 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
+  return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_one_device_and_eight_give_the_same_losses(tmp_path, corpus, cache_dir):
+  args = ('train.num_steps=6', 'train.log_every=1', 'train.batch_size=16')
+  for devices in (1, 8):
+    out = run_cli(launch_cmd(tmp_path / f'd{devices}', corpus, cache_dir, *args), devices)
+    assert out.returncode == 0, out.stderr[-2000:]
+  one, eight = losses(tmp_path / 'd1'), losses(tmp_path / 'd8')
+  assert sorted(one) == list(range(1, 7))
+  # Same global batch, dropout off: only float32 summation order differs between layouts.
+  np.testing.assert_allclose([eight[s] for s in one], list(one.values()), rtol=2e-5)
+  assert one[6] != one[1]  # it trained
+
+
+def test_gradient_accumulation_matches_one_big_step(tmp_path, corpus, cache_dir):
+  common = ('train.num_steps=3', 'train.log_every=1', 'train.batch_size=16')
+  train(tmp_path / 'a1', corpus, cache_dir, *common)
+  train(tmp_path / 'a2', corpus, cache_dir, *common, 'train.grad_accum_steps=2')
+  a1, a2 = losses(tmp_path / 'a1'), losses(tmp_path / 'a2')
+  np.testing.assert_allclose(list(a2.values()), list(a1.values()), rtol=2e-5)
+
+
+def test_stop_and_resume_gives_the_uninterrupted_metrics(tmp_path, corpus, cache_dir):
+  common = ('train.num_steps=8', 'train.eval_every=4', 'train.checkpoint_every=4')
+  straight = train(tmp_path / 'straight', corpus, cache_dir, *common)
+  train(tmp_path / 'resumed', corpus, cache_dir, *common, 'train.stop_at_step=4')
+  assert max(losses(tmp_path / 'resumed')) == 4
+  resumed = train(tmp_path / 'resumed', corpus, cache_dir, *common)
+  assert resumed == straight
+  assert losses(tmp_path / 'resumed') == losses(tmp_path / 'straight')
+  assert losses(tmp_path / 'resumed', 'eval') == losses(tmp_path / 'straight', 'eval')
+
+
+def test_sigterm_saves_and_the_same_command_resumes(tmp_path, corpus, cache_dir):
+  args = ('train.num_steps=400', 'train.checkpoint_every=1000', 'train.eval_every=1000',
+          'train.log_every=1')
+  straight = run_cli(launch_cmd(tmp_path / 'straight', corpus, cache_dir, *args), 1)
+  assert straight.returncode == 0, straight.stderr[-2000:]
+  cmd = launch_cmd(tmp_path / 'killed', corpus, cache_dir, *args)
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+  metrics = tmp_path / 'killed' / 'metrics.jsonl'
+  deadline = time.time() + 240
+  while time.time() < deadline and not (metrics.exists() and metrics.stat().st_size > 0):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=240)
+  assert proc.returncode == 0, err[-2000:]
+  assert 'Stopped by SIGTERM' in err
+  stopped_at = max(losses(tmp_path / 'killed'))
+  assert stopped_at < 400
+  again = run_cli(cmd, 1)
+  assert again.returncode == 0 and 'Resuming from checkpoint' in again.stderr
+  assert losses(tmp_path / 'killed') == losses(tmp_path / 'straight')
+
+
+def test_checkpoint_restores_with_plain_orbax_without_encoder(tmp_path, corpus, cache_dir):
+  train(tmp_path / 'w', corpus, cache_dir, 'train.num_steps=2')
+  code = (
+      'import sys, orbax.checkpoint as ocp\n'
+      f"p = ocp.StandardCheckpointer().restore('{tmp_path}/w/checkpoints/2/params')\n"
+      f"t = ocp.StandardCheckpointer().restore('{tmp_path}/w/checkpoints/2/train')\n"
+      "assert not any(m.startswith('encoder') for m in sys.modules)\n"
+      "print(p['encoder']['embeddings']['word_embeddings']['embedding'].shape, int(t['step']))\n")
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
+                       cwd=str(tmp_path))
+  assert out.returncode == 0, out.stderr[-2000:]
+  vocab = json.loads((tmp_path / 'w' / 'config.json').read_text())['model']['vocab_size']
+  assert out.stdout.strip() == f'(2, 128) 2'.replace('2, 128', f'{vocab}, 128')
+
+
+def snapshot(directory):
+  return {os.path.join(root, name): os.stat(os.path.join(root, name)).st_mtime_ns
+          for root, _, names in os.walk(directory) for name in names}
+
+
+def test_workdir_of_another_run_is_refused_untouched(tmp_path, corpus, cache_dir):
+  workdir = tmp_path / 'w'
+  train(workdir, corpus, cache_dir, 'train.num_steps=2')
+  before = snapshot(workdir)
+  with pytest.raises(ConfigError, match="belongs to a different run.*num_layers=2 there, 4 here"):
+    train(workdir, corpus, cache_dir, 'train.num_steps=2', 'model.num_layers=4')
+  with pytest.raises(ConfigError, match='experiment'):
+    train(workdir, corpus, cache_dir, 'train.num_steps=2', exp='mlm_nsp_base:smoke')
+  assert snapshot(workdir) == before
+
+
+def test_init_from_missing_path_is_an_error_before_anything_is_written(tmp_path, corpus,
+                                                                       cache_dir):
+  with pytest.raises(CheckpointError, match='no checkpoint at'):
+    train(tmp_path / 'w', corpus, cache_dir, f'init_from={tmp_path}/nowhere')
+  assert not (tmp_path / 'w').exists()
+
+
+def test_init_from_loads_the_encoder_and_reinitialises_changed_heads(tmp_path, corpus, cache_dir,
+                                                                     caplog):
+  train(tmp_path / 'src', corpus, cache_dir, 'train.num_steps=2')
+  src = orbax_params(tmp_path / 'src' / 'checkpoints' / '2')
+  train(tmp_path / 'dst', corpus, cache_dir, 'train.num_steps=1', 'data.nsp=false',
+        'train.learning_rate=0.0', 'train.warmup_steps=0', f'init_from={tmp_path}/src')
+  dst = orbax_params(tmp_path / 'dst' / 'checkpoints' / '1')
+  np.testing.assert_array_equal(dst['encoder']['layer_1']['mlp']['output']['kernel'],
+                                src['encoder']['layer_1']['mlp']['output']['kernel'])
+  assert 'nsp_head' not in dst
+
+
+def orbax_params(step_dir):
+  import orbax.checkpoint as ocp
+  return ocp.StandardCheckpointer().restore(str(step_dir / 'params'))
+
+
+def test_every_experiment_smoke_trains(tmp_path, corpus, cache_dir):
+  for name in configs.list_experiments():
+    metrics = train(tmp_path / name, corpus, cache_dir, 'train.num_steps=2', exp=f'{name}:smoke')
+    assert np.isfinite(metrics['loss']) and 0 <= metrics['mlm_accuracy'] <= 1
