@@ -30,13 +30,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   parser.add_argument('--describe', action='store_true', help='print the model summary')
   parser.add_argument('--inspect_data', type=int, metavar='N',
                       help='print N decoded training examples, save a batch, exit')
+  parser.add_argument('--sweep', action='append', metavar='KEY=V1,V2|NAME',
+                      help='run the grid of these values (repeatable), or a named sweep')
+  parser.add_argument('--dry_run', action='store_true', help='with --sweep: list the runs')
+  parser.add_argument('--report', metavar='DIR', help='rebuild a sweep report from its runs')
   args, rest = parser.parse_known_args(argv)
   overrides = []
   for item in rest:
     if not item.startswith('--config.'):
       parser.error(f"unrecognized argument '{item}'")
     overrides.append(item[len('--config.'):])
-  if not args.list and not args.exp:
+  if not args.list and not args.exp and not args.report:
     parser.error('--exp NAME is required (see --list)')
   return args, overrides
 
@@ -49,9 +53,24 @@ def run(argv: list[str]) -> int:
     for name, description in configs.list_experiments().items():
       print(f'{name:<24} {description}')
     return 0
+  if args.report:
+    from encoder.sweep_report import write_report
+    records = write_report(args.report)
+    if not records:
+      from encoder.errors import ConfigError
+      raise ConfigError(f"no sweep runs under '{args.report}'")
+    print(open(os.path.join(args.report, 'sweep.md')).read(), end='')
+    return 0
   config = configs.load_experiment(args.exp)
   configs.apply_overrides(config, overrides)
   workdir = args.workdir or os.path.join('runs', args.exp.split(':')[0])
+  if args.sweep:
+    from encoder import sweep
+    experiment = configs.experiment_module(args.exp)
+    axes = [axis for spec in args.sweep for axis in sweep.parse_sweep(spec, config, experiment)]
+    sweep_dir = args.workdir or os.path.join('runs', 'sweeps', sweep.sweep_dir_name(args))
+    sweep.run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
+    return 0
   if args.print_config:
     print(configs.to_json(config))
     return 0

@@ -3,4 +3,18 @@
 Importing the package is cheap: JAX and Flax are imported only when a function needs them.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+  from encoder.inference import Model
+
 __version__ = '0.1.0'
+
+
+def load(path: str) -> Model:
+  """A workdir (its newest checkpoint) or one checkpoint step directory, ready for notebooks:
+  `encode`, `embed`, `fill_mask`, `attention_maps`, `plot_attention` (see encoder.inference)."""
+  from encoder.inference import load as _load
+  return _load(path)

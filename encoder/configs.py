@@ -34,17 +34,22 @@ def list_experiments() -> dict[str, str]:
   return result
 
 
-def load_experiment(spec: str) -> config_dict.ConfigDict:
-  """`NAME[:ARG]` -> the experiment's config with its variant options applied."""
-  name, _, arg = spec.partition(':')
+def experiment_module(spec: str):
+  """The module of experiment `NAME[:ARG]`; ConfigError naming the closest if unknown."""
+  name = spec.partition(':')[0]
   known = list_experiments()
   if name not in known:
     hint = difflib.get_close_matches(name, known, n=1)
     did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ''
     raise ConfigError(
         f"unknown experiment '{name}'{did_you_mean} (see `python launch.py --list`)")
-  module = importlib.import_module(f'{EXPERIMENTS_PACKAGE}.{name}')
-  return module.get_config(arg or None)
+  return importlib.import_module(f'{EXPERIMENTS_PACKAGE}.{name}')
+
+
+def load_experiment(spec: str) -> config_dict.ConfigDict:
+  """`NAME[:ARG]` -> the experiment's config with its variant options applied."""
+  arg = spec.partition(':')[2]
+  return experiment_module(spec).get_config(arg or None)
 
 
 def flatten_keys(config: config_dict.ConfigDict, prefix: str = '') -> list[str]:

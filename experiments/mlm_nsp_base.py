@@ -53,6 +53,7 @@ def base_config() -> config_dict.ConfigDict:
   d.short_seq_prob = 0.1
   d.nsp = True  # False: MLM-only instances (contiguous full-length segments, RoBERTa style)
   d.mask_rate = 0.15
+  d.eval_mask_rate = 0.15  # held-out masks; fixed so runs at other training rates compare
   d.max_predictions_per_seq = config_dict.placeholder(int)  # default round(seq * mask_rate)
   d.mask_token_prob = 0.8  # of selected tokens: 80% [MASK] ...
   d.random_token_prob = 0.1  # ... 10% a random token, the rest (10%) unchanged

@@ -11,6 +11,22 @@ from experiments import mlm_nsp_base
 DESCRIPTION = 'BERT-tiny MLM + NSP on the embedded Python docs; minutes on a CPU'
 
 
+# Named ablations (`--sweep NAME`): the encoder-only story in four contrasts.
+SWEEPS = {
+    'attention': [('model.attention', ['bidirectional', 'causal'])],
+    'objective': [('data.nsp', ['true', 'false'])],
+    'masking': [('data.mask_rate', ['0.15', '0.3'])],  # both evaluated at eval_mask_rate 0.15
+    'norm': [('model.norm', ['post', 'pre'])],
+}
+
+
+def get_sweep(name: str) -> list[tuple[str, list[str]]]:
+  if name not in SWEEPS:
+    from encoder.errors import ConfigError
+    raise ConfigError(f"unknown sweep '{name}' for mlm_nsp_tiny (known: {', '.join(SWEEPS)})")
+  return SWEEPS[name]
+
+
 def get_config(arg=None):
   c = mlm_nsp_base.base_config()
   c.experiment = 'mlm_nsp_tiny'

@@ -45,3 +45,23 @@ def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
   assert out.stderr.count('\n') == 1 and out.stderr.startswith('error: ')
   assert message in out.stderr
   assert not (tmp_path / 'w').exists()
+
+
+def test_bad_run_inputs_are_one_line_errors_that_leave_the_workdir_alone(tmp_path):
+  workdir = tmp_path / 'w'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text('{"experiment": "mlm_nsp_base", "model": {}}')
+  before = (workdir / 'config.json').read_text()
+  cases = [
+      (['--config.init_from=/nonexistent/run'], "error: no checkpoint at '/nonexistent/run'",
+       tmp_path / 'fresh'),
+      ([], "belongs to a different run (experiment='mlm_nsp_base' there", workdir),
+      (['--config.data.corpus=text:/nonexistent/*.txt'], 'error: ', tmp_path / 'fresh2'),
+  ]
+  for extra, message, target in cases:
+    out = launch('--exp', 'mlm_nsp_tiny:smoke', '--workdir', str(target), *extra)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.count('\n') == 1 and message in out.stderr, out.stderr
+  assert (workdir / 'config.json').read_text() == before
+  assert sorted(p.name for p in workdir.iterdir()) == ['config.json']
+  assert not (tmp_path / 'fresh').exists() and not (tmp_path / 'fresh2').exists()

@@ -164,6 +164,7 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
   corpus_key = {'corpus': d.corpus, 'documents': cache.digest(documents), 'tokenizer': tok_key,
                 'eval_fraction': d.eval_fraction, 'max_eval_documents': d.max_eval_documents}
   splits, stats = {}, {'vocab_size': tokenizer.vocab_size}
+  eval_config = _eval_config(config)
   for name, docs, seed, dupe, static in (
       ('train', train_docs, int(t.seed), int(d.dupe_factor), not d.dynamic_masking),
       ('eval', eval_docs, EVAL_SEED, 1, True)):
@@ -173,16 +174,18 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
     inst_key = {**corpus_key, 'split': name, 'seed': seed, 'dupe_factor': dupe,
                 'max_seq_length': d.max_seq_length, 'short_seq_prob': d.short_seq_prob,
                 'nsp': d.nsp, 'version': 1}
+    split_config = eval_config if name == 'eval' else config
     if static:
-      inst_key.update({k: d[k] for k in ('mask_rate', 'max_predictions_per_seq', 'mask_token_prob',
-                                         'random_token_prob', 'whole_word_masking')})
+      inst_key.update({k: split_config.data[k] for k in (
+          'mask_rate', 'max_predictions_per_seq', 'mask_token_prob', 'random_token_prob',
+          'whole_word_masking')})
 
-    def make(corpus=corpus, seed=seed, dupe=dupe, static=static):
+    def make(corpus=corpus, seed=seed, dupe=dupe, static=static, split_config=split_config):
       inst = pretraining.create_instances(corpus, int(d.max_seq_length), float(d.short_seq_prob),
                                           bool(d.nsp), dupe, seed)
       out = {'instances': inst}
       if static:
-        masks = static_masks(corpus.tokens, inst, config, tokenizer, seed)
+        masks = static_masks(corpus.tokens, inst, split_config, tokenizer, seed)
         out.update({f'static_{k}': v for k, v in masks.items()})
       return out
     arrays = _cached(cache_dir, 'instances', inst_key, make)
@@ -197,6 +200,19 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
   logging.info('Pretraining data: %s', stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
                          process_index, process_count)
+
+
+def _eval_config(config):
+  """The config the eval masks follow: `data.eval_mask_rate` when set, so runs trained at
+  different masking rates are scored on the same task."""
+  rate = config.data.get('eval_mask_rate')
+  if rate is None or rate == config.data.mask_rate:
+    return config
+  import copy
+  eval_config = copy.deepcopy(config)
+  eval_config.data.mask_rate = rate
+  eval_config.data.max_predictions_per_seq = None
+  return eval_config
 
 
 def _cached(cache_dir: str, kind: str, key: dict, make) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ never looks like a checkpoint.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from encoder.errors import CheckpointError
+from encoder.checkpoint_files import resolve_checkpoint, restore_params
 
 log = logging.getLogger(__name__)
 
@@ -60,29 +61,12 @@ class Checkpointer:
 
 def find_params_directory(path: str) -> str:
   """A workdir (its newest checkpoint), a checkpoints/ directory or one step -> its params/."""
-  path = os.path.abspath(os.path.expanduser(path))
-  if not os.path.exists(path):
-    raise CheckpointError(f"no checkpoint at '{path}': give a workdir or a checkpoint step "
-                          'directory')
-  if os.path.isdir(os.path.join(path, 'params')):
-    return os.path.join(path, 'params')
-  directory = os.path.join(path, 'checkpoints') if os.path.isdir(
-      os.path.join(path, 'checkpoints')) else path
-  steps = sorted((int(name) for name in os.listdir(directory) if name.isdigit()
-                  and os.path.isdir(os.path.join(directory, name, 'params'))), reverse=True)
-  if not steps:
-    raise CheckpointError(f"'{path}' holds no complete checkpoint (no <step>/params)")
-  return os.path.join(directory, str(steps[0]), 'params')
+  return resolve_checkpoint(path)[1]
 
 
 def load_params(path: str) -> dict:
   """The parameters of a checkpoint as numpy, restored on the host."""
-  directory = find_params_directory(path)
-  try:
-    restored = ocp.StandardCheckpointer().restore(directory)
-  except Exception as e:  # Orbax raises many types for unreadable data
-    raise CheckpointError(f"cannot read checkpoint '{directory}': {e}".split('\n')[0]) from None
-  return jax.tree.map(np.asarray, restored)
+  return restore_params(find_params_directory(path))
 
 
 def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
@@ -102,3 +86,41 @@ def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
     return value
 
   return jax.tree_util.tree_map_with_path(pick, fresh), kept_fresh
+
+
+ARCHITECTURE_FIELDS = ('size', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
+                       'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
+                       'attention', 'norm', 'activation', 'initializer_range', 'layer_norm_eps')
+
+
+def find_run_directory(path: str) -> str | None:
+  """The workdir (holding config.json) that a checkpoint path belongs to, if any."""
+  path = os.path.abspath(os.path.expanduser(path))
+  for candidate in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(path)),
+                    os.path.dirname(os.path.dirname(os.path.dirname(path)))):
+    if os.path.isfile(os.path.join(candidate, 'config.json')):
+      return candidate
+  return None
+
+
+def inherit_from_init(config) -> list[str]:
+  """Takes the architecture and tokenizer of the `init_from` run, so its weights fit.
+
+  Fine-tuning swaps heads, not encoders: the layers, sizes, vocabulary and tokenizer must be
+  those the weights were trained with. Returns what changed, for the log.
+  """
+  run = find_run_directory(config.init_from)
+  if run is None:
+    return []
+  with open(os.path.join(run, 'config.json')) as f:
+    saved = json.load(f).get('model', {})
+  changed = []
+  for key in ARCHITECTURE_FIELDS:
+    if key in saved and saved[key] is not None and config.model.get(key) != saved[key]:
+      config.model[key] = saved[key]
+      changed.append(f'model.{key}={saved[key]!r}')
+  tokenizer_dir = os.path.join(run, 'tokenizer')
+  if not config.data.tokenizer and os.path.isdir(tokenizer_dir):
+    config.data.tokenizer = tokenizer_dir
+    changed.append(f'data.tokenizer={tokenizer_dir}')
+  return changed

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import signal
-import time
 
 import flax.linen as nn
 import jax
@@ -114,9 +113,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
   setup_logging()
   workdir = os.path.abspath(workdir)
   task = get_task(config.task)
+  inherited = ckpt_lib.inherit_from_init(config) if config.init_from else []
   saved = check_workdir(config, workdir)
   if config.init_from and saved is None:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
+    for change in inherited:
+      log.info('From init_from %s: %s', config.init_from, change)
   t = config.train
   per_device = parallel.per_device_batch_size(t.batch_size, t.grad_accum_steps)
   is_main = jax.process_index() == 0
@@ -182,6 +184,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       window.append(sums)
       step += 1
       last = step == t.num_steps
+      progress.update(step)
       if step % t.log_every == 0 or last:
         metrics = _reduce_window(task, window)
         steps_per_sec, examples_per_sec = progress.rates(step)
@@ -204,6 +207,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         progress.write(f'Stopped by {stop.signal} at step {step}: checkpoint saved; run the '
                        'same command to resume.')
         break
+  train_iter.close()
   checkpointer.wait()
   checkpointer.close()
   progress.close()

@@ -9,8 +9,13 @@ import pytest
 
 from encoder.describe import count, parameter_shapes
 from encoder.modules.config import SIZES, ModelConfig
-from encoder.modules.heads import (ClassificationHead, MlmHead, NspHead, SpanHead,
-                                   TokenClassificationHead)
+from encoder.modules.heads import (
+  ClassificationHead,
+  MlmHead,
+  NspHead,
+  SpanHead,
+  TokenClassificationHead,
+)
 from encoder.tasks.pretraining import BertForPretraining
 from tests.modules.helpers import random_inputs, tiny_config
 

@@ -2,9 +2,9 @@
 
 import os
 import re
+from pydoc_data.topics import topics
 
 import pytest
-from pydoc_data.topics import topics
 
 
 def write_corpus(path) -> str:

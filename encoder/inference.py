@@ -1,0 +1,237 @@
+"""`encoder.load(path)`: a trained (or converted) checkpoint as an object for notebooks.
+
+Restores only the parameters (plain Orbax on the step's `params` item, never the optimizer
+state), rebuilds the model's shape from the workdir's saved config.json and loads the workdir's
+tokenizer. Nothing from the training code (optax, the trainer, the steps) is imported, so this
+works on a laptop CPU with the runtime dependencies alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import os
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from encoder import inference_text as text_lib
+from encoder.checkpoint_files import resolve_checkpoint, restore_params
+from encoder.errors import CheckpointError, DataError
+
+# Task methods -> the config.task whose checkpoints have that head. A fine-tuning task plugs in
+# by adding `encoder/inference_<task>.py` with a function named like the method, taking the
+# loaded model first: e.g. `encoder/inference_classification.py: classify(model, texts)`.
+TASK_METHODS = {'classify': ('classification', 'classification'),
+                'tag': ('tagging', 'token tagging'),
+                'answer': ('span_qa', 'question answering')}
+_BATCH = 32  # rows per forward pass; a batch is padded up to a power of two below this
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """What `encode` returns; `input_ids`/`input_mask` say which positions are real tokens."""
+  sequence_output: np.ndarray  # [batch, seq, hidden] float32
+  pooled_output: np.ndarray  # [batch, hidden]: tanh(dense([CLS])), what NSP was trained on
+  input_ids: np.ndarray  # [batch, seq] int32
+  input_mask: np.ndarray  # [batch, seq] int32, 1 for real tokens
+
+
+def load(path: str) -> Model:
+  """Loads a workdir (its newest checkpoint) or one checkpoint step directory; see `Model`."""
+  from encoder.data.tokenizer import load_tokenizer
+  from encoder.modules.config import model_config
+
+  workdir, params_dir = resolve_checkpoint(path)
+  config_path = os.path.join(workdir, 'config.json')
+  if not os.path.isfile(config_path):
+    raise CheckpointError(f"'{workdir}' has no config.json: load() needs the workdir the "
+                          'checkpoint was trained in')
+  with open(config_path, encoding='utf-8') as f:
+    config = json.load(f)
+  if not isinstance(config.get('model'), dict):
+    raise CheckpointError(f"'{config_path}' has no 'model' section: not one of our workdirs")
+  tokenizer_dir = os.path.join(workdir, 'tokenizer')
+  if not os.path.isdir(tokenizer_dir):
+    raise CheckpointError(f"'{workdir}' has no tokenizer/ directory: copy the tokenizer the "
+                          'model was trained with there')
+  try:
+    tokenizer = load_tokenizer(tokenizer_dir)
+  except DataError as e:
+    raise CheckpointError(f"'{workdir}': unreadable tokenizer ({e})") from None
+  vocab = config['model'].get('vocab_size') or tokenizer.vocab_size
+  cfg = dataclasses.replace(model_config(config['model'], vocab), dropout_rate=0.0,
+                            attention_dropout_rate=0.0)
+  return Model(config, restore_params(params_dir), tokenizer, cfg, path=params_dir,
+               workdir=workdir)
+
+
+class Model:
+  """A loaded checkpoint: `config` (dict), `params` (numpy tree), `tokenizer`, and the methods
+  notebooks need. Every forward pass is jit-compiled once per (batch, sequence) shape bucket."""
+
+  def __init__(self, config: dict, params: dict, tokenizer, model_config, path: str = '',
+               workdir: str = ''):
+    from encoder.modules.transformer import Encoder
+    self.config, self.params, self.tokenizer = config, params, tokenizer
+    self.model_config, self.path, self.workdir = model_config, path, workdir
+    self._encoder = Encoder(model_config)
+    self._device_params = jax.device_put(params)
+    self._forward = jax.jit(functools.partial(_forward, self._encoder),
+                            static_argnames='return_probs')
+    self._mlm = jax.jit(functools.partial(_mlm_logits, self._encoder))
+
+  def __repr__(self) -> str:
+    c = self.model_config
+    return (f'<encoder.Model {self.config.get("task", "pretraining")} {c.num_layers} layers, '
+            f'hidden {c.hidden_size}, {c.num_heads} heads, vocab {c.vocab_size}: {self.path}>')
+
+  @property
+  def max_length(self) -> int:
+    return self.model_config.max_position_embeddings
+
+  def tokenize(self, texts: Sequence[text_lib.Text], max_length: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Padded (input_ids, segment_ids, input_mask); pairs become [CLS] a [SEP] b [SEP]."""
+    limit = min(max_length or self.max_length, self.max_length)
+    rows = text_lib.build_inputs(self.tokenizer, texts, limit)
+    return text_lib.pad(rows['input_ids'], rows['segment_ids'], limit, self.tokenizer.pad_id)
+
+  def _run(self, fn, arrays: list[np.ndarray], **kwargs) -> list:
+    """`fn` over chunks of at most _BATCH rows, each padded to a power of two; numpy results."""
+    n, outputs = arrays[0].shape[0], []
+    for start in range(0, n, _BATCH):
+      chunk = [a[start:start + _BATCH] for a in arrays]
+      rows = chunk[0].shape[0]
+      result = fn(self._device_params, *text_lib.pad_batch(chunk, text_lib.batch_bucket(rows)),
+                  **kwargs)
+      outputs.append(jax.tree.map(lambda x, rows=rows: np.asarray(x)[:rows], result))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
+
+  def encode(self, texts: Sequence[text_lib.Text] | str | None = None, *, input_ids=None,
+             segment_ids=None, input_mask=None, max_length: int | None = None) -> Encoded:
+    """Sequence and pooled outputs of texts, (a, b) pairs, or ready-made id arrays.
+
+    Texts longer than `max_length` (default: max_position_embeddings) are truncated with a
+    warning. Given arrays, they are used as they are (no bucketing); segment ids default to 0
+    and the mask to all ones.
+    """
+    if texts is not None:
+      ids, seg, mask = self.tokenize([texts] if isinstance(texts, str) else texts, max_length)
+    elif input_ids is not None:
+      ids = np.asarray(input_ids, np.int32)
+      seg = np.zeros_like(ids) if segment_ids is None else np.asarray(segment_ids, np.int32)
+      mask = np.ones_like(ids) if input_mask is None else np.asarray(input_mask, np.int32)
+      if ids.ndim != 2 or ids.shape[1] > self.max_length:
+        raise DataError(f'input_ids must be [batch, seq] with seq <= {self.max_length}, got '
+                        f'shape {ids.shape}')
+    else:
+      raise DataError('encode() needs texts or input_ids')
+    sequence, pooled = self._run(self._forward, [ids, seg, mask])
+    return Encoded(sequence, pooled, ids, mask)
+
+  def embed(self, texts: Sequence[text_lib.Text] | str, pooling: str = 'mean') -> np.ndarray:
+    """One vector per text, [batch, hidden].
+
+    `mean`: the average of sequence_output over real tokens ([CLS] and [SEP] included), as
+    sentence-transformers models such as all-MiniLM-L6-v2 are trained to be used. `cls`: the
+    [CLS] position of sequence_output (not the pooled output, whose tanh layer was trained for
+    NSP only).
+    """
+    if pooling not in ('mean', 'cls'):
+      raise DataError(f"pooling='{pooling}' is not one of mean, cls")
+    out = self.encode(texts)
+    if pooling == 'cls':
+      return out.sequence_output[:, 0]
+    weights = out.input_mask[..., None].astype(np.float32)
+    return (out.sequence_output * weights).sum(1) / weights.sum(1)
+
+  def fill_mask(self, text: str | Sequence[str], top_k: int = 5):
+    """For each [MASK] in the text, the `top_k` (token, probability) from the tied MLM head.
+
+    Tokens are vocabulary entries (WordPiece '##' continuations and SentencePiece '▁' word
+    starts kept, so a prediction shows whether it starts a word). A list of texts gives a list
+    of results.
+    """
+    if not isinstance(text, str):
+      return [self.fill_mask(t, top_k) for t in text]
+    if 'mlm' not in self.params:
+      raise CheckpointError('this checkpoint has no MLM head (it was converted from a BertModel '
+                            'or fine-tuned): fill_mask needs a pretraining checkpoint')
+    if text_lib.MASK not in text:
+      raise DataError(f'the text has no {text_lib.MASK}: write [MASK] where a token should be '
+                      'predicted')
+    ids, seg, mask = self.tokenize([text])
+    positions = np.flatnonzero(ids[0] == self.tokenizer.mask_id)
+    if not len(positions):
+      raise DataError(f'every {text_lib.MASK} was truncated: shorten the text')
+    slots = np.zeros((1, text_lib.seq_bucket(len(positions), ids.shape[1])), np.int32)
+    slots[0, :len(positions)] = positions
+    logits = self._run(self._mlm, [ids, seg, mask, slots])[0, :len(positions)]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    top = np.argsort(-probs, axis=-1, kind='stable')[:, :top_k]
+    return [[(self.tokenizer.id_to_token(int(i)), float(p[i])) for i in row]
+            for row, p in zip(top, probs, strict=True)]
+
+  def attention_maps(self, text: text_lib.Text) -> tuple[list[str], np.ndarray]:
+    """The tokens and every layer's attention probabilities, [layers, heads, seq, seq]."""
+    ids, seg, mask = self.tokenize([text])
+    n = int(mask[0].sum())
+    _, _, probs = self._run(self._forward, [ids, seg, mask], return_probs=True)
+    maps = np.stack([p[0, :, :n, :n] for p in probs])
+    return [self.tokenizer.id_to_token(int(i)) for i in ids[0, :n]], maps
+
+  def plot_attention(self, text: text_lib.Text, layer: int = -1, head: int | None = None):
+    """A heatmap Figure of one layer's attention (head=None averages the heads)."""
+    from encoder.inference_plot import attention_figure
+    tokens, maps = self.attention_maps(text)
+    layers, heads = maps.shape[:2]
+    if not -layers <= layer < layers or (head is not None and not -heads <= head < heads):
+      raise DataError(f'layer={layer}, head={head} out of range: the model has {layers} layers '
+                      f'of {heads} heads')
+    weights = maps[layer].mean(0) if head is None else maps[layer, head]
+    which = 'mean of heads' if head is None else f'head {head % heads}'
+    return attention_figure(tokens, weights, f'layer {layer % layers}, {which}')
+
+  def _task(self, method: str, *args):
+    task, what = TASK_METHODS[method]
+    trained = self.config.get('task', 'pretraining')
+    if trained != task:
+      raise CheckpointError(f'this checkpoint has no {what} head (it was trained for {trained}); '
+                            f'fine-tune with --config.init_from={self.workdir or self.path} first')
+    try:
+      module = importlib.import_module(f'encoder.inference_{task}')
+    except ModuleNotFoundError:
+      raise CheckpointError(f'this version of encoder cannot run {task} checkpoints') from None
+    return getattr(module, method)(self, *args)
+
+  def classify(self, texts: Sequence[text_lib.Text]):
+    """Labels for texts or (a, b) pairs: needs a checkpoint fine-tuned for classification."""
+    return self._task('classify', texts)
+
+  def tag(self, texts: Sequence[str]):
+    """Per-token labels: needs a checkpoint fine-tuned for token tagging (e.g. NER)."""
+    return self._task('tag', texts)
+
+  def answer(self, question: str, context: str):
+    """The answer span in `context`: needs a checkpoint fine-tuned for extractive QA."""
+    return self._task('answer', question, context)
+
+
+def _forward(encoder, params, ids, seg, mask, *, return_probs: bool = False):
+  out = encoder.apply({'params': params['encoder']}, ids, seg, mask, return_probs=return_probs)
+  if return_probs:
+    return out.sequence_output, out.pooled_output, out.attention_probs
+  return out.sequence_output, out.pooled_output
+
+
+def _mlm_logits(encoder, params, ids, seg, mask, positions):
+  """Logits at `positions` through the MLM head decoding with the word embeddings (tied)."""
+  from encoder.modules.heads import MlmHead
+  sequence = encoder.apply({'params': params['encoder']}, ids, seg, mask).sequence_output
+  table = params['encoder']['embeddings']['word_embeddings']['embedding']
+  return MlmHead(encoder.config).apply({'params': params['mlm']}, sequence, table, positions)

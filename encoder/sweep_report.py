@@ -1,0 +1,82 @@
+"""The sweep's report, rebuilt from the run workdirs alone: sweep.csv, sweep.md, sweep.png."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+MAIN_METRIC = {'pretraining': 'mlm_accuracy'}
+
+
+def collect(sweep_dir: str) -> list[dict]:
+  """One record per run directory: its status, overrides, final eval metrics and curve."""
+  records = []
+  for name in sorted(os.listdir(sweep_dir)):
+    workdir = os.path.join(sweep_dir, name)
+    status_path = os.path.join(workdir, 'run_status.json')
+    if not os.path.isfile(status_path):
+      continue
+    with open(status_path) as f:
+      record = json.load(f)
+    record['eval_curve'], record['final'], record['steps'] = [], {}, 0
+    metrics_path = os.path.join(workdir, 'metrics.jsonl')
+    if os.path.exists(metrics_path):
+      with open(metrics_path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+      evals = [r for r in lines if r['split'] == 'eval']
+      record['eval_curve'] = evals
+      record['final'] = evals[-1] if evals else {}
+      record['steps'] = max((r['step'] for r in lines), default=0)
+    config_path = os.path.join(workdir, 'config.json')
+    task = 'pretraining'
+    if os.path.exists(config_path):
+      with open(config_path) as f:
+        task = json.load(f).get('task', task)
+    record['main_metric'] = MAIN_METRIC.get(task, 'loss')
+    records.append(record)
+  return records
+
+
+def write_report(sweep_dir: str) -> list[dict]:
+  records = collect(sweep_dir)
+  if not records:
+    return records
+  metric_names = sorted({k for r in records for k in r['final'] if k not in ('step', 'split')})
+  header = ['run', 'overrides', 'status', 'steps', 'wall_clock_s', *metric_names]
+  rows = [[r['name'], ' '.join(r.get('overrides', [])), r.get('status', ''), r['steps'],
+           r.get('wall_clock_s', ''), *(_fmt(r['final'].get(m)) for m in metric_names)]
+          for r in records]
+  with open(os.path.join(sweep_dir, 'sweep.csv'), 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(rows)
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+  failed = [r for r in records if r.get('status') == 'failed']
+  lines += [''] + [f"- `{r['name']}` failed: {r.get('error', '')}" for r in failed]
+  with open(os.path.join(sweep_dir, 'sweep.md'), 'w') as f:
+    f.write('\n'.join(lines).rstrip() + '\n')
+  _plot(records, os.path.join(sweep_dir, 'sweep.png'))
+  return records
+
+
+def _fmt(value) -> str:
+  return '' if value is None else f'{value:.4f}'
+
+
+def _plot(records: list[dict], path: str) -> None:
+  from matplotlib.figure import Figure
+  metric = records[0]['main_metric']
+  fig = Figure(figsize=(7, 4.5), layout='constrained')
+  ax = fig.add_subplot()
+  for r in records:
+    curve = [(e['step'], e[metric]) for e in r['eval_curve'] if metric in e]
+    if curve:
+      steps, values = zip(*curve, strict=True)
+      ax.plot(steps, values, marker='o', markersize=3, label=r['name'])
+  ax.set_xlabel('step')
+  ax.set_ylabel(f'held-out {metric}')
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.savefig(path, dpi=120)

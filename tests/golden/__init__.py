@@ -1,0 +1,1 @@
+"""Golden arrays from Hugging Face transformers, the script that makes them, and test helpers."""
