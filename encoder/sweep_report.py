@@ -78,5 +78,6 @@ def _plot(records: list[dict], path: str) -> None:
   ax.set_xlabel('step')
   ax.set_ylabel(f'held-out {metric}')
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
+  if ax.lines:
+    ax.legend(fontsize=8)
   fig.savefig(path, dpi=120)

@@ -9,3 +9,19 @@ import sys
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+import pytest  # noqa: E402  (after the environment is set for JAX)
+
+
+@pytest.fixture(scope='session')
+def corpus(tmp_path_factory) -> str:
+  """Python's pydoc topics as a BERT-format text corpus (real text, written in milliseconds)."""
+  from tests.train.conftest import write_corpus
+  return write_corpus(tmp_path_factory.mktemp('corpus') / 'topics.txt')
+
+
+@pytest.fixture(scope='session')
+def cache_dir(tmp_path_factory) -> str:
+  """One data cache for the session, so each smoke run does not retokenize the corpus."""
+  return str(tmp_path_factory.mktemp('cache'))

@@ -1,10 +1,11 @@
-"""A small real-text corpus and a shared cache, so trainer tests tokenize once per session."""
+"""Helpers for training tests: a small real-text corpus and `:smoke` overrides that use it.
+
+The `corpus` and `cache_dir` fixtures live in tests/conftest.py, for every test directory.
+"""
 
 import os
 import re
 from pydoc_data.topics import topics
-
-import pytest
 
 
 def write_corpus(path) -> str:
@@ -16,16 +17,6 @@ def write_corpus(path) -> str:
       if len(sentences) >= 2:
         f.write('\n'.join(sentences) + '\n\n')
   return str(path)
-
-
-@pytest.fixture(scope='session')
-def corpus(tmp_path_factory) -> str:
-  return write_corpus(tmp_path_factory.mktemp('corpus') / 'topics.txt')
-
-
-@pytest.fixture(scope='session')
-def cache_dir(tmp_path_factory) -> str:
-  return str(tmp_path_factory.mktemp('cache'))
 
 
 def smoke_overrides(corpus: str, cache_dir: str, *extra: str) -> list[str]:
