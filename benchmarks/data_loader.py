@@ -9,12 +9,16 @@ iterator and reports the median of several timed windows, for plain and whole-wo
 
 import argparse
 import logging
+import os
 import statistics
+import sys
 import tempfile
 import time
 
-from encoder.data.pipeline import build_pretraining_data
-from experiments import mlm_nsp_base
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from encoder.data.pipeline import build_pretraining_data  # noqa: E402
+from experiments import mlm_nsp_base  # noqa: E402
 
 
 def measure(config, workdir: str, batches: int, windows: int) -> float:
