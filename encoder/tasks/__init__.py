@@ -7,7 +7,9 @@ import importlib
 
 from encoder.errors import ConfigError
 
-TASKS = {'pretraining': 'encoder.tasks.pretraining'}
+TASKS = {'pretraining': 'encoder.tasks.pretraining',
+         'classification': 'encoder.tasks.classification',
+         'tagging': 'encoder.tasks.tagging'}
 
 
 def get_task(name: str):

@@ -28,21 +28,31 @@ log = logging.getLogger(__name__)
 class Checkpointer:
   """A CheckpointManager over `workdir/checkpoints` with our three items."""
 
-  def __init__(self, workdir: str, keep: int, asynchronous: bool = True):
+  def __init__(self, workdir: str, keep: int, asynchronous: bool = True, best_metric: str = ''):
+    """Keeps the newest `keep` steps; with `best_metric`, also the step that scored highest
+    on it (an Orbax BestN policy over the metrics passed to `save`)."""
     self.directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                           enable_async_checkpointing=asynchronous)
+    keeping = {'max_to_keep': keep}
+    if best_metric:
+      from orbax.checkpoint import checkpoint_managers as policies
+      keeping = {'preservation_policy': policies.AnyPreservationPolicy([
+          policies.LatestN(n=keep),
+          policies.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
+                         keep_checkpoints_without_metrics=False)])}
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=asynchronous,
+                                           **keeping)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
-  def save(self, step: int, params, train: dict, data_state: dict, force: bool = False) -> None:
+  def save(self, step: int, params, train: dict, data_state: dict, force: bool = False,
+           metrics: dict | None = None) -> None:
     """Saves host (numpy) trees; asynchronous: returns once the arrays are copied."""
     args = ocp.args.Composite(params=ocp.args.StandardSave(params),
                               train=ocp.args.StandardSave(train),
                               data=ocp.args.JsonSave(data_state))
-    self.manager.save(step, args=args, force=force)
+    self.manager.save(step, args=args, force=force, metrics=metrics)
 
   def restore(self, step: int, params_like, train_like) -> tuple:
     """(params, train, data_state) at `step`, shaped like the given abstract trees."""

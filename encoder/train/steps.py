@@ -73,6 +73,12 @@ def eval_step(params, batch: dict, *, model, task) -> dict:
   return jax.lax.psum(sums, AXIS)
 
 
+def predict_step(params, batch: dict, *, model, task) -> dict:
+  """Per-example outputs (`task.predict`), for metrics that need whole predictions."""
+  outputs = model.apply({'params': params}, batch, deterministic=True)
+  return task.predict(outputs, batch)
+
+
 def pmap_steps(model, task, tx, grad_accum_steps: int = 1):
   """The jit-compiled, pmap-ed train step (state donated) and eval step."""
   train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
@@ -80,3 +86,7 @@ def pmap_steps(model, task, tx, grad_accum_steps: int = 1):
                    axis_name=AXIS, donate_argnums=(0,))
   evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task), axis_name=AXIS)
   return train, evaluate
+
+
+def pmap_predict(model, task):
+  return jax.pmap(functools.partial(predict_step, model=model, task=task), axis_name=AXIS)

@@ -21,6 +21,7 @@ from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import parallel
+from encoder.train.evaluation import BestMarker, Evaluator, resolve_length
 from encoder.train.metric_writer import MetricWriter, Progress
 from encoder.train.optim import learning_rate_schedule, make_optimizer
 from encoder.train.steps import TrainState, create_state, pmap_steps
@@ -32,7 +33,7 @@ log = logging.getLogger('encoder')
 RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
-    'train.stop_at_step', 'init_from'})
+    'train.stop_at_step', 'init_from', 'train.num_epochs'})
 
 
 def setup_logging() -> None:
@@ -55,10 +56,12 @@ def check_workdir(config, workdir: str) -> dict | None:
   with open(path) as f:
     saved = json.load(f)
   current = configs.from_json(configs.to_json(config))
-  for key in configs.flatten_keys(current):
+  # The experiment first, as the most telling difference; fields unset here (filled from the
+  # data) or absent there (added to the code since) do not count.
+  for key in ['experiment', *configs.flatten_keys(current)]:
     here = _get(current.to_dict(), key)
     there = _get(saved, key)
-    if key in RESUMABLE_KEYS or here is None or here == there:
+    if key in RESUMABLE_KEYS or here is None or there is None or here == there:
       continue
     raise ConfigError(
         f"workdir '{workdir}' belongs to a different run ({key}={there!r} there, {here!r} "
@@ -125,6 +128,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   data = task.datasets(config, workdir, jax.process_index(), jax.process_count())
   task.resolve_config(config, data)
+  resolve_length(t, getattr(data, 'num_train_examples', None))
   config.model.update(resolved_fields(config.model))
   if is_main:
     write_config(config, workdir)
@@ -138,7 +142,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
              ', '.join(fresh) or 'nothing')
   state = create_state(params, tx, t.seed)
 
-  checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints)
+  best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
+  checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints, best_metric=best.metric)
   data_state = None
   latest = checkpointer.latest_step()
   if latest is not None:
@@ -161,18 +166,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
   progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
   train_iter = data.train_iterator(data_state)
-  eval_batches = [parallel.shard(b) for b in data.eval_batches(t.eval_batches)]
+  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, enabled=is_main)
 
-  def evaluate(rstate) -> dict:
-    sums = [eval_step(rstate.params, batch) for batch in eval_batches]
-    total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *jax.device_get(sums))
-    return task.reduce_metrics(total)
-
-  def save(rstate, step: int) -> None:
+  def save(rstate, step: int, metrics: dict | None = None) -> None:
     host = parallel.unreplicate(rstate)
     checkpointer.save(step, host.params,
                       {'step': host.step, 'opt_state': host.opt_state, 'rng': host.rng},
-                      train_iter.state(), force=True)
+                      train_iter.state(), force=True, metrics=metrics)
 
   rstate = parallel.replicate(state)
   del state, params
@@ -194,15 +194,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
         progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
                         examples_per_sec=examples_per_sec)
         window = []
-      if step % t.eval_every == 0 or last:
-        eval_metrics = evaluate(rstate)
+      evaluated = step % t.eval_every == 0 or last
+      if evaluated:
+        eval_metrics = evaluate(rstate, step)
         writer.write(step, 'eval', eval_metrics)
         progress.write(f'step {step} eval: ' + ', '.join(
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
       if step == t.stop_at_step and not stop.signal:
         stop.signal = f'train.stop_at_step={step}'
-      if step % t.checkpoint_every == 0 or last or stop.signal:
-        save(rstate, step)
+      improved = evaluated and best.improves(eval_metrics)
+      if step % t.checkpoint_every == 0 or last or stop.signal or improved:
+        save(rstate, step, best.checkpoint_metrics(eval_metrics) if evaluated else None)
+      if improved:
+        best.mark(step, eval_metrics)
       if stop.signal:
         progress.write(f'Stopped by {stop.signal} at step {step}: checkpoint saved; run the '
                        'same command to resume.')

@@ -1,0 +1,159 @@
+"""Fine-tuning examples from local files: classification TSV/CSV/JSONL and CoNLL columns.
+
+Readers return plain Python examples (texts, a raw label, the line it came from) so that the
+label vocabulary, tokenization and every error message can name the file and line at fault.
+Every problem is a one-line `DataError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+
+from encoder.errors import DataError
+
+FORMATS = {'.tsv': 'tsv', '.csv': 'csv', '.jsonl': 'jsonl', '.json': 'jsonl', '.txt': 'tsv'}
+
+
+@dataclasses.dataclass
+class TextExample:
+  """One classification example: one or two texts and its label as read (name, id or score)."""
+  texts: tuple[str, ...]
+  label: str | int | float | None
+  where: str  # 'file:line', for error messages
+
+
+@dataclasses.dataclass
+class TaggedSentence:
+  """One NER sentence: words and their tags, as read."""
+  words: list[str]
+  tags: list[str]
+  where: str
+
+
+def split_list(value) -> list[str]:
+  """'a,b' -> ['a', 'b']; lists and tuples pass through (ConfigDict fields are strings)."""
+  if isinstance(value, list | tuple):
+    return [str(v) for v in value]
+  return [v.strip() for v in str(value).split(',') if v.strip()]
+
+
+def _lines(path: str) -> list[str]:
+  if not os.path.isfile(path):
+    raise DataError(f"data file '{path}' does not exist: point data.train / data.eval at it")
+  try:
+    with open(path, encoding='utf-8-sig', newline='') as f:
+      lines = f.read().splitlines()
+  except UnicodeDecodeError:
+    raise DataError(f"'{path}' is not UTF-8 text") from None
+  if not any(line.strip() for line in lines):
+    raise DataError(f"data file '{path}' is empty")
+  return lines
+
+
+def file_format(path: str, given: str = '') -> str:
+  fmt = given or FORMATS.get(os.path.splitext(path)[1].lower(), '')
+  if fmt not in ('tsv', 'csv', 'jsonl'):
+    raise DataError(f"cannot tell the format of '{path}': set data.format to tsv, csv or jsonl")
+  return fmt
+
+
+def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
+  """(line number, row) pairs; a row is a list of fields, or a dict for JSONL."""
+  lines = _lines(path)
+  if fmt == 'jsonl':
+    rows = []
+    for n, line in enumerate(lines, 1):
+      if line.strip():
+        try:
+          row = json.loads(line)
+        except ValueError:
+          raise DataError(f'{path}:{n}: not a JSON object (JSONL wants one per line)') from None
+        if not isinstance(row, dict):
+          raise DataError(f'{path}:{n}: not a JSON object (JSONL wants one per line)')
+        rows.append((n, row))
+    return rows
+  # GLUE's TSVs hold unbalanced quotes, so TSV fields are split verbatim (no quoting).
+  quoting = csv.QUOTE_NONE if fmt == 'tsv' else csv.QUOTE_MINIMAL
+  reader = csv.reader(lines, delimiter='\t' if fmt == 'tsv' else ',', quoting=quoting)
+  return [(n, row) for n, row in enumerate(reader, 1) if any(field.strip() for field in row)]
+
+
+def read_classification(path: str, text_columns, label_column: str, header: bool = True,
+                        fmt: str = '') -> list[TextExample]:
+  """Examples of a TSV/CSV (columns by header name, or by 0-based index without a header) or a
+  JSONL file (columns are keys). An empty `label_column` reads unlabelled texts."""
+  columns = split_list(text_columns)
+  if len(columns) not in (1, 2):
+    raise DataError(f'data.text_columns must name one or two columns, got {columns}')
+  fmt = file_format(path, fmt)
+  rows = _rows(path, fmt)
+  wanted = columns + ([label_column] if label_column != '' else [])
+  if fmt != 'jsonl':
+    if header:
+      names, rows = [c.strip() for c in rows[0][1]], rows[1:]
+      missing = [c for c in wanted if c not in names]
+      if missing:
+        raise DataError(f"{path}: no column '{missing[0]}' in the header (columns: "
+                        f"{', '.join(names)}); set data.text_columns / data.label_column")
+      index = [names.index(c) for c in wanted]
+    else:
+      try:
+        index = [int(c) for c in wanted]
+      except ValueError:
+        raise DataError(f'{path}: without a header, data.text_columns and data.label_column '
+                        f'are 0-based column numbers, got {wanted}') from None
+  if not rows:
+    raise DataError(f"data file '{path}' has a header but no examples")
+  examples = []
+  for n, row in rows:
+    where = f'{path}:{n}'
+    if fmt == 'jsonl':
+      missing = [c for c in wanted if c not in row]
+      if missing:
+        raise DataError(f"{where}: no field '{missing[0]}' (fields: {', '.join(row)}); set "
+                        'data.text_columns / data.label_column')
+      values = [row[c] for c in wanted]
+    else:
+      if max(index) >= len(row):
+        raise DataError(f'{where}: {len(row)} column(s), but column {max(index)} is needed '
+                        '(0-based); check the delimiter and data.text_columns')
+      values = [row[i] for i in index]
+    texts = tuple('' if v is None else str(v) for v in values[:len(columns)])
+    label = values[len(columns)] if len(values) > len(columns) else None
+    examples.append(TextExample(texts, label.strip() if isinstance(label, str) else label, where))
+  return examples
+
+
+def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[TaggedSentence]:
+  """Sentences of a CoNLL column file: whitespace-separated columns, a blank line between
+  sentences, `-DOCSTART-` lines skipped. Every line must have as many columns as the first."""
+  lines = _lines(path)
+  sentences, words, tags, start, width = [], [], [], 0, None
+  for n, line in enumerate([*lines, ''], 1):
+    fields = line.split()
+    if fields and fields[0] == '-DOCSTART-':
+      continue
+    if not fields:
+      if words:
+        sentences.append(TaggedSentence(words, tags, f'{path}:{start}'))
+      words, tags = [], []
+      continue
+    width = width or len(fields)
+    if len(fields) != width:
+      raise DataError(f'{path}:{n}: {len(fields)} column(s) where earlier lines have {width}; '
+                      'CoNLL lines are TOKEN ... TAG separated by whitespace')
+    try:
+      word, tag = fields[token_column], fields[tag_column]
+    except IndexError:
+      raise DataError(f'{path}:{n}: no column {token_column} / {tag_column} in {len(fields)} '
+                      'columns; set data.token_column / data.tag_column') from None
+    if not words:
+      start = n
+    words.append(word)
+    tags.append(tag)
+  if not sentences:
+    raise DataError(f"data file '{path}' holds no sentences")
+  return sentences

@@ -1,0 +1,185 @@
+"""Sequence classification on the pooled [CLS] output: single sentences and pairs (GLUE).
+
+`[CLS] A [SEP] (B [SEP])` -> encoder -> pooled output -> dropout -> dense. Cross-entropy over
+`data.num_labels` classes; `data.num_labels=1` is regression (mean squared error, STS-B).
+Eval metrics come from whole predictions (`predict` + `evaluate`), since F1, MCC and the
+correlations are no sums: `accuracy` (+ `f1` for two classes, `mcc`); `pearson`, `spearman`.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from encoder.data import finetuning, finetuning_data, finetuning_tfds
+from encoder.errors import ConfigError, DataError
+from encoder.modules.config import ModelConfig
+from encoder.modules.heads import ClassificationHead
+from encoder.modules.transformer import Encoder
+from encoder.tasks import common, metrics
+
+WEIGHTS = ('weight',)
+
+
+class BertForClassification(nn.Module):
+  config: ModelConfig
+  num_labels: int
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+    self.classifier = ClassificationHead(self.config, self.num_labels)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+                       deterministic=deterministic)
+    return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
+
+
+def num_labels(config) -> int:
+  """data.num_labels, else the size of data.labels, else 2 (before the data is read)."""
+  names = common.given_names(config)
+  return config.data.num_labels or (len(names) if names else 2)
+
+
+def build_model(config) -> BertForClassification:
+  from encoder.modules.config import model_config
+  return BertForClassification(model_config(config.model, config.data.vocab_size),
+                               num_labels(config))
+
+
+def dummy_batch(config, batch_size: int = 1) -> dict:
+  seq = config.data.max_seq_length
+  regression = num_labels(config) == 1
+  return {'input_ids': jnp.zeros((batch_size, seq), jnp.int32),
+          'segment_ids': jnp.zeros((batch_size, seq), jnp.int32),
+          'input_mask': jnp.ones((batch_size, seq), jnp.int32),
+          'label': jnp.zeros((batch_size,), jnp.float32 if regression else jnp.int32),
+          'weight': jnp.ones((batch_size,), jnp.float32)}
+
+
+def loss_denominators(batch: dict) -> dict:
+  return {'examples': batch['weight'].astype(jnp.float32).sum()}
+
+
+def loss_and_metrics(outputs: dict, batch: dict,
+                     denominators: dict | None = None) -> tuple[jax.Array, dict]:
+  """Mean cross-entropy (or squared error when there is one output) over weighted examples."""
+  if denominators is None:
+    denominators = loss_denominators(batch)
+  logits, weight = outputs['logits'], batch['weight'].astype(jnp.float32)
+  if logits.shape[-1] == 1:
+    per_example = jnp.square(logits[:, 0] - batch['label'].astype(jnp.float32))
+    correct = jnp.zeros_like(weight)
+  else:
+    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
+    correct = (logits.argmax(-1) == batch['label']).astype(jnp.float32)
+  loss_sum = (per_example * weight).sum()
+  sums = {'loss': loss_sum, 'correct': (correct * weight).sum(), 'count': weight.sum()}
+  return loss_sum / jnp.maximum(denominators['examples'], 1.0), sums
+
+
+def reduce_metrics(sums: dict) -> dict:
+  count = max(float(sums['count']), 1.0)
+  return {'loss': float(sums['loss']) / count, 'accuracy': float(sums['correct']) / count}
+
+
+def predict(outputs: dict, batch: dict) -> dict:
+  """Per-example outputs the host-side `evaluate` needs."""
+  return {'logits': outputs['logits']}
+
+
+def evaluate(data, predictions: dict) -> tuple[dict, dict]:
+  """Metrics of every eval set (sets after the first suffix theirs) and their prediction
+  records, one per example: text, gold, prediction (+ its probability)."""
+  names = data.info['labels']
+  results, records = {}, {}
+  for s, offset, n in common.eval_slices(data, len(predictions['logits'])):
+    logits = np.asarray(predictions['logits'][offset:offset + n], np.float64)
+    gold, examples = s.arrays['label'][:n], s.examples[:n]
+    suffix = common.metric_suffix(s.name)
+    if names is None:
+      pred = logits[:, 0]
+      scores = metrics.regression_scores(gold, pred)
+      rows = [{'gold': float(g), 'prediction': float(p)} for g, p in zip(gold, pred, strict=True)]
+    else:
+      probs = np.exp(logits - logits.max(-1, keepdims=True))
+      probs /= probs.sum(-1, keepdims=True)
+      pred = probs.argmax(-1)
+      which = ('accuracy', 'f1', 'mcc') if len(names) == 2 else ('accuracy', 'mcc')
+      scores = metrics.classification_scores(gold, pred, which)
+      rows = [{'gold': names[g], 'prediction': names[p], 'probability': round(float(q[p]), 6)}
+              for g, p, q in zip(gold, pred, probs, strict=True)]
+    results.update({f'{k}{suffix}': v for k, v in scores.items()})
+    records[s.name] = [{'text': e.texts[0] if len(e.texts) == 1 else list(e.texts), **row}
+                       for e, row in zip(examples, rows, strict=True)]
+  return results, records
+
+
+def _read(config, source: str, local: bool, cols) -> tuple[list, list[str] | None]:
+  d = config.data
+  if local:
+    return finetuning.read_classification(source, cols, d.label_column, d.header, d.format), None
+  return finetuning_tfds.read_glue(d.tfds, source, d.tfds_data_dir, cols or None)
+
+
+def _labels(config, examples, names: list[str] | None, regression: bool) -> np.ndarray:
+  values, wheres = [e.label for e in examples], [e.where for e in examples]
+  if regression:
+    try:
+      return np.asarray([float(v) for v in values], np.float32)
+    except (TypeError, ValueError):
+      bad = next(i for i, v in enumerate(values) if not _is_float(v))
+      raise DataError(f'{wheres[bad]}: label {values[bad]!r} is not a number '
+                      '(data.num_labels=1 is regression)') from None
+  return np.asarray(common.label_ids(values, wheres, names), np.int32)
+
+
+def _is_float(v) -> bool:
+  try:
+    float(v)
+    return True
+  except (TypeError, ValueError):
+    return False
+
+
+def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
+  """Reads, labels, tokenizes and encodes the train and eval sets (see FinetuningData)."""
+  d = config.data
+  local, train_source, eval_sources = common.eval_sources(config)
+  cols = finetuning.split_list(d.text_columns)
+  train, source_names = _read(config, train_source, local, cols)
+  regression = d.num_labels == 1 or (not local and source_names is None)
+  names = None if regression else (common.given_names(config) or source_names
+                                   or common.infer_names([e.label for e in train]))
+  evals = [(common.eval_set_name(i, s), _read(config, s, local, cols)[0])
+           for i, s in enumerate(eval_sources)]
+  tokenizer = finetuning_data.finetuning_tokenizer(
+      config, workdir, [t for e in train for t in e.texts])
+
+  def encode(examples) -> dict:
+    arrays = finetuning_data.encode_texts(tokenizer, [e.texts for e in examples],
+                                          int(d.max_seq_length))
+    arrays['label'] = _labels(config, examples, names, regression)
+    arrays['weight'] = np.ones(len(examples), np.float32)
+    return arrays
+
+  eval_sets = [finetuning_data.EvalSet(name, ex, encode(ex)) for name, ex in evals]
+  return finetuning_data.FinetuningData(config, tokenizer, encode(train), eval_sets, WEIGHTS,
+                                        process_index, process_count, {'labels': names})
+
+
+def resolve_config(config, data) -> None:
+  """Vocabulary size, and the label set (saved in config.json, so `classify` can name them)."""
+  common.resolve_vocab(config, data.tokenizer)
+  names = data.info['labels']
+  if names is None:
+    config.data.num_labels = 1
+    return
+  if config.data.num_labels not in (None, len(names)):
+    raise ConfigError(f'data.num_labels={config.data.num_labels} but the data has '
+                      f'{len(names)} labels ({", ".join(names)})')
+  config.data.num_labels = len(names)
+  config.data.labels = ','.join(names)

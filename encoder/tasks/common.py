@@ -1,0 +1,84 @@
+"""What classification and tagging share: vocabulary resolution, label sets, eval-set names."""
+
+from __future__ import annotations
+
+from encoder.data.finetuning import split_list
+from encoder.errors import ConfigError, DataError
+
+
+def resolve_vocab(config, tokenizer) -> None:
+  """model.vocab_size from the tokenizer (as pretraining), refusing a smaller explicit one."""
+  vocab = tokenizer.vocab_size
+  if config.model.vocab_size is None:
+    config.model.vocab_size = vocab
+  elif config.model.vocab_size < vocab:
+    raise ConfigError(f'model.vocab_size={config.model.vocab_size} is smaller than the '
+                      f"tokenizer's vocabulary ({vocab})")
+
+
+def label_ids(values: list, wheres: list[str], names: list[str]) -> list[int]:
+  """Raw labels (names, or ids as int or digit strings) -> ids into `names`; DataError naming
+  the first label outside the set and where it was read."""
+  index = {n: i for i, n in enumerate(names)}
+  ids = []
+  for value, where in zip(values, wheres, strict=True):
+    key = str(value)
+    if key in index:
+      ids.append(index[key])
+    elif key.lstrip('-').isdigit() and 0 <= int(key) < len(names):
+      ids.append(int(key))
+    else:
+      shown = ', '.join(names[:20]) + (', ...' if len(names) > 20 else '')
+      raise DataError(f'{where}: label {value!r} is not in the label set ({shown}); set '
+                      'data.labels to every label, comma-separated')
+  return ids
+
+
+def infer_names(values: list) -> list[str]:
+  """A label set from the training labels: ids 0..max if all are integers, else sorted names."""
+  keys = [str(v) for v in values]
+  if keys and all(k.isdigit() for k in keys):
+    return [str(i) for i in range(max(int(k) for k in keys) + 1)]
+  return sorted(set(keys))
+
+
+def given_names(config) -> list[str] | None:
+  return split_list(config.data.labels) if config.data.labels else None
+
+
+def eval_set_name(index: int, source: str) -> str:
+  """'eval' for the first eval set; later ones are named after their split or file, e.g.
+  'mismatched' for MNLI's validation_mismatched, and suffix their metrics (accuracy_mismatched)."""
+  if index == 0:
+    return 'eval'
+  base = source.rsplit('/', 1)[-1].rsplit('.', 1)[0]
+  return base.removeprefix('validation_') or f'eval{index}'
+
+
+def eval_sources(config) -> tuple[bool, str, list[str]]:
+  """(local?, train source, eval sources): data.train/data.eval files, else data.tfds splits."""
+  d = config.data
+  if d.train:
+    evals = split_list(d.eval)
+    if not evals:
+      raise ConfigError('data.train is a local file, so data.eval must name the eval file(s)')
+    return True, d.train, evals
+  if d.tfds:
+    return False, d.train_split, split_list(d.eval_splits)
+  raise ConfigError('set data.train and data.eval (local files) or data.tfds (e.g. glue/sst2)')
+
+
+def metric_suffix(name: str) -> str:
+  return '' if name == 'eval' else f'_{name}'
+
+
+def eval_slices(data, num_predictions: int):
+  """(eval set, its first row in the predictions, rows) of each eval set the predictions cover;
+  with train.eval_batches > 0 they cover only a prefix, and later sets may be left out."""
+  offset = 0
+  for s in data.eval_sets:
+    n = min(len(s.examples), num_predictions - offset)
+    if n <= 0:
+      return
+    yield s, offset, n
+    offset += n

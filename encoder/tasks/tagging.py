@@ -1,0 +1,165 @@
+"""Token classification (NER): a tag for every word, entity-level F1 as conlleval.
+
+Words are split into sub-tokens with the alignment kept; a word's tag sits on its first
+sub-token, and the other sub-tokens (and [CLS], [SEP], padding) carry weight 0, so they count in
+neither the loss nor decoding. Tags are read as IOB2 or IOB1 and normalised to IOB2 (the same
+entities by conlleval's reading), so the model always learns one scheme. Eval metrics:
+entity-level `precision`, `recall`, `f1` (micro, conlleval rules) and `f1_<TYPE>` per type.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from encoder.data import finetuning, finetuning_data, finetuning_tfds
+from encoder.errors import ConfigError
+from encoder.modules.config import ModelConfig
+from encoder.modules.heads import TokenClassificationHead
+from encoder.modules.transformer import Encoder
+from encoder.tasks import common, conlleval
+
+WEIGHTS = ('label_weights',)
+
+
+class BertForTagging(nn.Module):
+  config: ModelConfig
+  num_labels: int
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+    self.tagger = TokenClassificationHead(self.config, self.num_labels)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+                       deterministic=deterministic)
+    return {'logits': self.tagger(out.sequence_output, deterministic=deterministic)}
+
+
+def num_labels(config) -> int:
+  """data.num_labels, else the size of data.labels, else 9 (CoNLL-2003's, before reading)."""
+  names = common.given_names(config)
+  return config.data.num_labels or (len(names) if names else 9)
+
+
+def build_model(config) -> BertForTagging:
+  from encoder.modules.config import model_config
+  return BertForTagging(model_config(config.model, config.data.vocab_size), num_labels(config))
+
+
+def dummy_batch(config, batch_size: int = 1) -> dict:
+  shape = (batch_size, config.data.max_seq_length)
+  return {'input_ids': jnp.zeros(shape, jnp.int32), 'segment_ids': jnp.zeros(shape, jnp.int32),
+          'input_mask': jnp.ones(shape, jnp.int32), 'labels': jnp.zeros(shape, jnp.int32),
+          'label_weights': jnp.zeros(shape, jnp.float32)}
+
+
+def loss_denominators(batch: dict) -> dict:
+  return {'tokens': batch['label_weights'].astype(jnp.float32).sum()}
+
+
+def loss_and_metrics(outputs: dict, batch: dict,
+                     denominators: dict | None = None) -> tuple[jax.Array, dict]:
+  """Mean cross-entropy over words (their first sub-tokens), plus word accuracy sums."""
+  if denominators is None:
+    denominators = loss_denominators(batch)
+  weights = batch['label_weights'].astype(jnp.float32)
+  xent = optax.softmax_cross_entropy_with_integer_labels(outputs['logits'], batch['labels'])
+  correct = (outputs['logits'].argmax(-1) == batch['labels']) * weights
+  sums = {'loss': (xent * weights).sum(), 'correct': correct.sum(), 'count': weights.sum()}
+  return sums['loss'] / jnp.maximum(denominators['tokens'], 1.0), sums
+
+
+def reduce_metrics(sums: dict) -> dict:
+  count = max(float(sums['count']), 1.0)
+  return {'loss': float(sums['loss']) / count, 'accuracy': float(sums['correct']) / count}
+
+
+def predict(outputs: dict, batch: dict) -> dict:
+  return {'tags': outputs['logits'].argmax(-1).astype(jnp.int32)}
+
+
+def word_tags(tag_ids: np.ndarray, positions: np.ndarray, num_words: int, names: list[str]
+              ) -> list[str]:
+  """Each word's predicted tag, read at its first sub-token; words cut by truncation get 'O'."""
+  tags = [names[int(t)] for t in tag_ids[positions]]
+  return tags + ['O'] * (num_words - len(tags))
+
+
+def evaluate(data, predictions: dict) -> tuple[dict, dict]:
+  """Entity scores of every eval set against the full gold tags, and records with words, gold
+  and predicted tags (IOB2) per sentence."""
+  names = data.info['labels']
+  results, records = {}, {}
+  for s, offset, n in common.eval_slices(data, len(predictions['tags'])):
+    examples = s.examples[:n]
+    pred = [word_tags(row, pos, len(e.words), names) for row, pos, e in
+            zip(predictions['tags'][offset:offset + n], s.extra[:n], examples, strict=True)]
+    gold = [e.tags for e in examples]
+    scores = conlleval.entity_scores(gold, pred)
+    suffix = common.metric_suffix(s.name)
+    results.update({f'{k}{suffix}': scores[k] for k in ('precision', 'recall', 'f1')})
+    results.update({f'f1_{kind}{suffix}': v['f1'] for kind, v in scores['per_type'].items()})
+    records[s.name] = [{'text': ' '.join(e.words), 'words': e.words, 'gold': g, 'prediction': p}
+                       for e, g, p in zip(examples, gold, pred, strict=True)]
+  return results, records
+
+
+def tag_names(sentences, given: list[str] | None) -> list[str]:
+  """The tag set: data.labels if given, else 'O' then B-/I- of every type in the train set."""
+  if given:
+    return given
+  kinds = sorted({t[2:] for s in sentences for t in s.tags if t != 'O'})
+  return ['O'] + [f'{p}-{k}' for k in kinds for p in ('B', 'I')]
+
+
+def _read(config, source: str, local: bool) -> list:
+  d = config.data
+  if local:
+    sentences = finetuning.read_conll(source, int(d.token_column), int(d.tag_column))
+  else:
+    sentences = finetuning_tfds.read_tagging(d.tfds, source, d.tfds_data_dir)
+  for s in sentences:
+    s.tags = conlleval.to_iob2(s.tags)
+  return sentences
+
+
+def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
+  d = config.data
+  local, train_source, eval_sources = common.eval_sources(config)
+  train = _read(config, train_source, local)
+  names = tag_names(train, common.given_names(config))
+  evals = [(common.eval_set_name(i, s), _read(config, s, local))
+           for i, s in enumerate(eval_sources)]
+  tokenizer = finetuning_data.finetuning_tokenizer(config, workdir,
+                                                   [' '.join(s.words) for s in train])
+
+  def encode(sentences):
+    arrays, positions = finetuning_data.encode_words(tokenizer, [s.words for s in sentences],
+                                                     int(d.max_seq_length))
+    labels = np.zeros_like(arrays['input_ids'])
+    weights = np.zeros(labels.shape, np.float32)
+    for i, (s, pos) in enumerate(zip(sentences, positions, strict=True)):
+      ids = common.label_ids(s.tags, [s.where] * len(s.tags), names)
+      labels[i, pos], weights[i, pos] = ids[:len(pos)], 1.0
+    return {**arrays, 'labels': labels, 'label_weights': weights}, positions
+
+  eval_sets = []
+  for name, sentences in evals:
+    arrays, positions = encode(sentences)
+    eval_sets.append(finetuning_data.EvalSet(name, sentences, arrays, positions))
+  return finetuning_data.FinetuningData(config, tokenizer, encode(train)[0], eval_sets, WEIGHTS,
+                                        process_index, process_count, {'labels': names})
+
+
+def resolve_config(config, data) -> None:
+  common.resolve_vocab(config, data.tokenizer)
+  names = data.info['labels']
+  if config.data.num_labels not in (None, len(names)):
+    raise ConfigError(f'data.num_labels={config.data.num_labels} but the data has '
+                      f'{len(names)} tags ({", ".join(names)})')
+  config.data.num_labels = len(names)
+  config.data.labels = ','.join(names)

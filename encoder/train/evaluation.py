@@ -1,0 +1,105 @@
+"""What the trainer needs beyond the step loop, for any task: run length, evaluation, best step.
+
+- `resolve_length`: `train.num_steps <= 0` means `train.num_epochs` passes over the data's
+  `num_train_examples`; `train.warmup_steps = None` means `train.warmup_fraction` of them.
+- `Evaluator`: metric sums from `eval_step` (reduced by `task.reduce_metrics`), or, for a task
+  with `predict` + `evaluate` (metrics that are no sums: F1, MCC, correlations, entity F1),
+  whole per-example predictions gathered on the host, scored by the task and written to
+  `workdir/predictions/<eval set>_step<N>.jsonl`.
+- `BestMarker`: `workdir/best.json` names the step that scored highest on `train.best_metric`;
+  the Checkpointer keeps that step however old it gets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import jax
+import numpy as np
+
+from encoder.errors import ConfigError
+from encoder.train import parallel
+from encoder.train.steps import pmap_predict
+
+
+def resolve_length(train, num_examples: int | None) -> None:
+  """Fills num_steps from num_epochs (a positive num_steps wins) and warmup from its fraction."""
+  if train.num_steps <= 0:
+    epochs = train.get('num_epochs') or 0
+    if epochs <= 0 or not num_examples:
+      raise ConfigError('train.num_steps must be positive (or set train.num_epochs for a task '
+                        'whose data has a known size)')
+    train.num_steps = max(1, math.ceil(epochs * num_examples / train.batch_size))
+  if train.get('warmup_steps') is None:
+    train.warmup_steps = round(float(train.get('warmup_fraction') or 0.0) * train.num_steps)
+
+
+class Evaluator:
+  """`evaluator(replicated_state, step) -> metrics` over the data's eval batches."""
+
+  def __init__(self, task, data, model, eval_step, num_batches: int, workdir: str,
+               enabled: bool = True):
+    self.task, self.data, self.eval_step = task, data, eval_step
+    self.directory = os.path.join(workdir, 'predictions')
+    self.enabled = enabled
+    self.batches = [parallel.shard(b) for b in data.eval_batches(num_batches)]
+    self.predict = pmap_predict(model, task) if hasattr(task, 'evaluate') else None
+
+  def __call__(self, rstate, step: int) -> dict:
+    if self.predict is None:
+      sums = [self.eval_step(rstate.params, batch) for batch in self.batches]
+      total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *jax.device_get(sums))
+      return self.task.reduce_metrics(total)
+    outputs = jax.device_get([self.predict(rstate.params, batch) for batch in self.batches])
+    # [devices, per_device, ...] per batch -> one array in eval-set order.
+    whole = jax.tree.map(
+        lambda *xs: np.concatenate([x.reshape((-1,) + x.shape[2:]) for x in xs]), *outputs)
+    metrics, records = self.task.evaluate(self.data, whole)
+    if self.enabled:
+      self._write(step, records)
+    return metrics
+
+  def _write(self, step: int, records: dict) -> None:
+    os.makedirs(self.directory, exist_ok=True)
+    for name, rows in records.items():
+      path = os.path.join(self.directory, f'{name}_step{step}.jsonl')
+      with open(path + '.tmp', 'w', encoding='utf-8') as f:
+        for row in rows:
+          f.write(json.dumps(row, ensure_ascii=False) + '\n')
+      os.replace(path + '.tmp', path)
+
+
+class BestMarker:
+  """Tracks the highest `metric` seen in eval and records its step in `workdir/best.json`."""
+
+  def __init__(self, workdir: str, metric: str, enabled: bool = True):
+    self.path, self.metric, self.enabled = os.path.join(workdir, 'best.json'), metric, enabled
+    self.value = -math.inf
+    if metric and os.path.exists(self.path):
+      with open(self.path) as f:
+        self.value = float(json.load(f)['value'])
+
+  def checkpoint_metrics(self, metrics: dict) -> dict | None:
+    """What the Checkpointer ranks this step by (None: not an eval step, or no best metric)."""
+    if not self.metric or not metrics:
+      return None
+    if self.metric not in metrics:
+      raise ConfigError(f"train.best_metric='{self.metric}' is not an eval metric (eval "
+                        f"reports: {', '.join(sorted(metrics))})")
+    return {self.metric: float(metrics[self.metric])}
+
+  def improves(self, metrics: dict) -> bool:
+    ranked = self.checkpoint_metrics(metrics)
+    # Ties count as improvements: Orbax keeps the newest of equally ranked steps too.
+    return ranked is not None and ranked[self.metric] >= self.value
+
+  def mark(self, step: int, metrics: dict) -> None:
+    """Records `step` as the best (call after its checkpoint was saved)."""
+    self.value = float(metrics[self.metric])
+    if self.enabled:
+      with open(self.path + '.tmp', 'w') as f:
+        json.dump({'step': int(step), 'metric': self.metric, 'value': self.value,
+                   'checkpoint': os.path.join('checkpoints', str(int(step)))}, f)
+      os.replace(self.path + '.tmp', self.path)
