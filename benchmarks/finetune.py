@@ -76,6 +76,7 @@ def main() -> int:
   parser.add_argument('--train', type=int, default=4000, help='training examples / sentences')
   parser.add_argument('--eval', type=int, default=1000, help='held-out examples / sentences')
   parser.add_argument('--epochs', type=float, default=3.0)
+  parser.add_argument('--ner_lr', type=float, help='NER learning rate (default: the experiment\'s)')
   parser.add_argument('--only', choices=('sst2', 'conll'))
   parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
   args = parser.parse_args()
@@ -100,7 +101,8 @@ def main() -> int:
     train, held = carve_conll(root, args.train, args.eval)
     results['conll'] = finetune('ner_conll2003', os.path.join(root, 'conll'), common + [
         f'data.train={train}', f'data.eval={held}', 'data.max_seq_length=64',
-        'data.tag_column=1'])  # `token TAG 0`: the last column is unused
+        'data.tag_column=1',  # `token TAG 0`: the last column is unused
+        *([f'train.learning_rate={args.ner_lr}'] if args.ner_lr else [])])
   for name, r in results.items():
     shown = {k: round(v, 4) for k, v in r['metrics'].items() if not k.startswith('f1_')}
     print(f"{name}: {shown} | {r['steps']} steps, {r['seconds']:.0f} s wall-clock "
