@@ -50,8 +50,7 @@ class Evaluator:
   def __call__(self, rstate, step: int) -> dict:
     if self.predict is None:
       sums = [self.eval_step(rstate.params, batch) for batch in self.batches]
-      total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *jax.device_get(sums))
-      return self.task.reduce_metrics(total)
+      return self.task.reduce_metrics(parallel.sum_replicated(sums))
     outputs = jax.device_get([self.predict(rstate.params, batch) for batch in self.batches])
     # [devices, per_device, ...] per batch -> one array in eval-set order.
     whole = jax.tree.map(

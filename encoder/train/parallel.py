@@ -29,6 +29,15 @@ def unreplicate(tree):
   return jax.tree.map(lambda x: np.asarray(x.addressable_shards[0].data).squeeze(0), tree)
 
 
+def sum_replicated(trees: list):
+  """Fetches per-step trees of psum-ed (so replicated) arrays and adds them up on the host.
+
+  One `device_get` for the whole list: the only host sync of a log window or an evaluation.
+  """
+  host = jax.device_get(trees)
+  return jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *host)
+
+
 def shard(batch: dict) -> dict:
   """[host_batch, ...] numpy -> [local_devices, host_batch / devices, ...] on the devices."""
   n = jax.local_device_count()

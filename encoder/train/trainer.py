@@ -221,8 +221,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def _reduce_window(task, window: list) -> dict:
   """Fetches a log window's metric sums from the devices (the only host sync) and reduces them."""
-  host = jax.device_get(window)
-  total = jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *host)
+  total = parallel.sum_replicated(window)
   grad_norm = total.pop('grad_norm') / len(window)
   metrics = task.reduce_metrics(total)
   metrics['grad_norm'] = float(grad_norm)
