@@ -9,7 +9,8 @@ from encoder.errors import ConfigError
 
 TASKS = {'pretraining': 'encoder.tasks.pretraining',
          'classification': 'encoder.tasks.classification',
-         'tagging': 'encoder.tasks.tagging'}
+         'tagging': 'encoder.tasks.tagging',
+         'span_qa': 'encoder.tasks.span_qa'}
 
 
 def get_task(name: str):

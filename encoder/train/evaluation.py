@@ -5,7 +5,7 @@
 - `Evaluator`: metric sums from `eval_step` (reduced by `task.reduce_metrics`), or, for a task
   with `predict` + `evaluate` (metrics that are no sums: F1, MCC, correlations, entity F1),
   whole per-example predictions gathered on the host, scored by the task and written to
-  `workdir/predictions/<eval set>_step<N>.jsonl`.
+  `workdir/predictions/<eval set>_step<N>.jsonl` (and whatever `task.write_predictions` adds).
 - `BestMarker`: `workdir/best.json` names the step that scored highest on `train.best_metric`;
   the Checkpointer keeps that step however old it gets.
 """
@@ -68,6 +68,8 @@ class Evaluator:
         for row in rows:
           f.write(json.dumps(row, ensure_ascii=False) + '\n')
       os.replace(path + '.tmp', path)
+    if hasattr(self.task, 'write_predictions'):  # extra formats, e.g. SQuAD's official files
+      self.task.write_predictions(self.directory, step, records)
 
 
 class BestMarker:

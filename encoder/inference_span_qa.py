@@ -1,0 +1,58 @@
+"""`Model.answer(question, context)` for checkpoints fine-tuned with the span_qa task (SQuAD).
+
+The context is cut into the same windows as in training (the checkpoint's data.max_seq_length,
+doc_stride, max_query_length), the span head (one dense layer) is applied in numpy to the
+encoder's outputs, and the answer is decoded with the training run's n-best rules, so a long
+context is read whole and the answer is quoted from it by character offsets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from encoder.data.squad import QAExample
+from encoder.data.squad_features import build_features
+from encoder.errors import DataError
+from encoder.inference_classification import head_logits
+from encoder.tasks.span_decoding import decode_all, decode_options
+
+
+def answer(model, question, context):
+  """{'text', 'start', 'end' (character offsets into context, end exclusive), 'score' (start +
+  end logit), 'probability' (over the n-best answers), 'no_answer'}; a SQuAD 2.0 checkpoint
+  also gives 'null_score_diff' and answers `no_answer=True` with text '' and start = end =
+  None when the null answer wins. Lists of questions and contexts give a list."""
+  single = isinstance(question, str)
+  questions = [question] if single else list(question)
+  contexts = [context] if isinstance(context, str) else list(context)
+  if len(questions) != len(contexts) or not all(
+      isinstance(t, str) for t in questions + contexts):
+    raise DataError('answer() takes a question and a context (strings), or two lists of them '
+                    'of equal length')
+  data = model.config.get('data', {})
+  examples = [QAExample(str(i), q, c, [], False, f'answer()[{i}]')
+              for i, (q, c) in enumerate(zip(questions, contexts, strict=True))]
+  features = build_features(model.tokenizer, examples,
+                            min(int(data.get('max_seq_length', 384)), model.max_length),
+                            int(data.get('doc_stride', 128)),
+                            int(data.get('max_query_length', 64)))
+  arrays = features.arrays
+  width = int(arrays['input_mask'].sum(1).max())  # all-padding columns change nothing
+  out = model.encode(input_ids=arrays['input_ids'][:, :width],
+                     segment_ids=arrays['segment_ids'][:, :width],
+                     input_mask=arrays['input_mask'][:, :width])
+  logits = head_logits(model, out.sequence_output, 'span')
+  real = arrays['input_mask'][:, :width] > 0
+  start = np.where(real, logits[..., 0], -1e9)
+  end = np.where(real, logits[..., 1], -1e9)
+  options = decode_options(data)
+  results = []
+  for p in decode_all(examples, features, start, end, options):
+    none = not p.text
+    result = {'text': p.text, 'start': None if none else p.start,
+              'end': None if none else p.end, 'score': float(p.score),
+              'probability': float(p.probability), 'no_answer': none}
+    if options['version_2']:
+      result['null_score_diff'] = float(p.null_score_diff)
+    results.append(result)
+  return results[0] if single else results
