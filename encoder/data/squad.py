@@ -95,11 +95,14 @@ def read_squad_tfds(name: str, split: str, data_dir: str = '') -> list[QAExample
     answers = row.get('answers') or {}
     texts = [_text(t) for t in answers.get('text', [])]
     starts = [int(s) for s in answers.get('answer_start', [])]
+    where = f'tfds:{name}:{split}[{i}] (id {_text(row["id"])})'
+    if len(texts) != len(starts):
+      raise DataError(f'{where}: {len(texts)} answer texts but {len(starts)} answer_starts')
     impossible = bool(row.get('is_impossible', False))
     examples.append(QAExample(
         _text(row['id']), _text(row['question']), _text(row['context']),
-        [] if impossible else list(zip(texts, starts, strict=True)), impossible,
-        f'tfds:{name}:{split}[{i}] (id {_text(row["id"])})', _text(row.get('title', ''))))
+        [] if impossible else list(zip(texts, starts, strict=True)), impossible, where,
+        _text(row.get('title', ''))))
   return examples
 
 

@@ -129,7 +129,8 @@ def build_features(tokenizer: Tokenizer, examples: list[QAExample], max_seq_leng
   ids, offsets, starts, ends = [], [], [], []
   windows, spans, best_rows = [], [], []
   stats = {'examples': len(examples), 'windows': 0, 'questions_truncated': 0,
-           'answers_skipped': 0, 'answers_inexact': 0, 'answers_in_no_window': 0}
+           'answers_moved': 0, 'answers_skipped': 0, 'answers_inexact': 0,
+           'answers_in_no_window': 0}
   for index, (example, question) in enumerate(zip(examples, questions, strict=True)):
     doc_ids, doc_spans = tokenized[example.context]
     spans.append(doc_spans)
@@ -162,6 +163,10 @@ def build_features(tokenizer: Tokenizer, examples: list[QAExample], max_seq_leng
   stats['windows'] = len(windows)
   for key, what in (('questions_truncated', f'questions cut to data.max_query_length='
                      f'{max_query_length} tokens'),
+                    ('answers_moved', 'answers whose text was not at answer_start, moved to its '
+                     'nearest occurrence (data.answer_start_mismatch=nearest)'),
+                    ('answers_skipped', 'questions dropped: answer text not at answer_start '
+                     '(data.answer_start_mismatch=skip) or covered by no token'),
                     ('answers_inexact', 'answers not on token boundaries (their labels cover '
                      'the whole tokens)'),
                     ('answers_in_no_window', 'answers longer than a window (labelled [CLS])')):
@@ -176,6 +181,7 @@ def _answer_tokens(example: QAExample, doc_spans: np.ndarray, mismatch: str, sta
   """First and last context token overlapping the (checked) answer span; None: drop it."""
   span = answer_span(example, mismatch)
   if span is not None:
+    stats['answers_moved'] += span[0] != example.answers[0][1]
     overlap = np.flatnonzero((doc_spans[:, 0] < span[1]) & (doc_spans[:, 1] > span[0]))
     if len(overlap):
       first, last = int(overlap[0]), int(overlap[-1])
