@@ -1,6 +1,6 @@
 """Does extractive QA fine-tuning learn? MiniLM-L6 on cloze questions over real paragraphs.
 
-  python benchmarks/qa.py [--train 640] [--eval 200] [--epochs 1] [--max_seq_length 96]
+  python benchmarks/qa.py [--train 1024] [--eval 200] [--epochs 2] [--max_seq_length 96]
 
 Real SQuAD is not on this machine, so the questions are built from real text the project has:
 paragraphs of consecutive sentences (2 by default) from the embedded Python documentation; the
@@ -88,9 +88,9 @@ def baselines(paragraphs: list[dict], rng: random.Random) -> dict:
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--train', type=int, default=640, help='training questions')
+  parser.add_argument('--train', type=int, default=1024, help='training questions')
   parser.add_argument('--eval', type=int, default=200, help='held-out questions')
-  parser.add_argument('--epochs', type=float, default=1.0)
+  parser.add_argument('--epochs', type=float, default=2.0)
   parser.add_argument('--batch_size', type=int, default=16)
   parser.add_argument('--learning_rate', type=float, default=1e-4)
   parser.add_argument('--max_seq_length', type=int, default=96)

@@ -29,8 +29,7 @@ def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int],
     raw = [(e.ids, e.offsets) for e in encodings]
   elif isinstance(tokenizer, SentencePieceTokenizer):
     raw = []
-    for text, proto in zip(texts, tokenizer.sp.encode(list(texts), return_type='proto'),
-                           strict=True):
+    for text, proto in zip(texts, _sp_protos(tokenizer.sp, list(texts)), strict=True):
       chars = _byte_to_char(text)
       raw.append(([p.id for p in proto.pieces],
                   [(chars[p.begin], chars[p.end]) for p in proto.pieces]))
@@ -39,6 +38,14 @@ def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int],
                     'answering needs a SentencePiece or WordPiece tokenizer')
   return [(list(ids), _strip(text, offsets)) for text, (ids, offsets) in
           zip(texts, raw, strict=True)]
+
+
+def _sp_protos(sp, texts: list[str]) -> list:
+  """SentencePiece's pieces with their byte offsets (the API changed within 0.2.x)."""
+  try:
+    return sp.encode(texts, return_type='proto')
+  except TypeError:
+    return sp.encode(texts, out_type='immutable_proto')
 
 
 def _byte_to_char(text: str) -> np.ndarray:
@@ -185,7 +192,9 @@ def _answer_tokens(example: QAExample, doc_spans: np.ndarray, mismatch: str, sta
     overlap = np.flatnonzero((doc_spans[:, 0] < span[1]) & (doc_spans[:, 1] > span[0]))
     if len(overlap):
       first, last = int(overlap[0]), int(overlap[-1])
-      if (doc_spans[first, 0], doc_spans[last, 1]) != span:
+      text = example.context[span[0]:span[1]]
+      exact = (span[0] + len(text) - len(text.lstrip()), span[1] - len(text) + len(text.rstrip()))
+      if (doc_spans[first, 0], doc_spans[last, 1]) != exact:
         stats['answers_inexact'] += 1
       return first, last
     log.warning('%s: no token covers the answer %r (dropped)', example.where,
