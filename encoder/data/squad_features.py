@@ -24,6 +24,7 @@ log = logging.getLogger('encoder')
 
 def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int], np.ndarray]]:
   """(ids, [n, 2] character spans) of each text, with the ids `tokenizer.encode` gives."""
+  texts = [_without_surrogates(t) for t in texts]
   if isinstance(tokenizer, WordPieceTokenizer):
     encodings = tokenizer.tok.encode_batch(list(texts), add_special_tokens=False)
     raw = [(e.ids, e.offsets) for e in encodings]
@@ -38,6 +39,15 @@ def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int],
                     'answering needs a SentencePiece or WordPiece tokenizer')
   return [(list(ids), _strip(text, offsets)) for text, (ids, offsets) in
           zip(texts, raw, strict=True)]
+
+
+def _without_surrogates(text: str) -> str:
+  """Lone surrogates (from bad JSON escapes) -> U+FFFD one for one, so offsets stay valid."""
+  try:
+    text.encode('utf-8')
+    return text
+  except UnicodeEncodeError:
+    return ''.join('\ufffd' if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
 def _sp_protos(sp, texts: list[str]) -> list:

@@ -231,3 +231,12 @@ def test_tfds_squad_through_mock_data(version):
   with tfds.testing.mock_data(num_examples=2):  # random rows: answer lists of unequal length
     with pytest.raises(DataError, match=r'answer texts but \d+ answer_starts'):
       squad.read_squad_tfds(f'squad/{version}', 'train')
+
+
+def test_a_lone_surrogate_from_a_bad_json_escape_keeps_offsets_valid(tokenizers):
+  text = json.loads('"Zo\\u00eb \\ud800 caf\\u00e9"')  # 'Zoë \ud800 café'
+  for tok in tokenizers.values():
+    (_, spans), = squad_features.token_spans(tok, [text])
+    quoted = {text[b:e] for b, e in spans if e > b}
+    assert 'Zoë' in quoted or {'Z', 'o', 'ë'} <= quoted
+    assert text[spans[-1, 0]:spans[-1, 1]] in ('café', 'é')
