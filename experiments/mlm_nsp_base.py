@@ -92,7 +92,7 @@ def base_config() -> config_dict.ConfigDict:
   p.coordinator_address = ''  # multi-host: host:port of process 0 ('' = JAX_* env or auto)
   p.num_processes = 0  # 0: from JAX_NUM_PROCESSES or the cluster (TPU pod, SLURM, Open MPI)
   p.process_id = -1  # -1: from JAX_PROCESS_ID or the cluster
-  p.auto_detect = True  # call jax.distributed.initialize() when a cluster is detected
+  p.initialize = 'auto'  # auto: join when a cluster is detected | always | never
   p.mesh_shape = config_dict.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1})  # -1: the rest
   # Logical parameter axes -> mesh axes ('' keeps a dimension whole; 'a,b' splits over both).
   p.logical_axis_rules = config_dict.ConfigDict({

@@ -6,7 +6,9 @@ process to the others from, in order:
   2. the environment variables `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`
      (for launchers that give each process its rank, e.g. a shell loop or a Kubernetes job);
   3. a cluster JAX discovers itself (a Cloud TPU pod slice, SLURM, Open MPI): then
-     `jax.distributed.initialize()` is called with no arguments.
+     `jax.distributed.initialize()` is called with no arguments. `parallel.initialize='auto'`
+     recognises these from their environment variables; `'always'` calls it regardless (a TPU
+     VM whose workers are known only to its metadata server), `'never'` stays one process.
 With none of these, the run is one process and nothing is started.
 """
 
@@ -36,8 +38,8 @@ def _detected_cluster() -> str | None:
 
 
 def process_arguments(parallel) -> dict | None:
-  """The arguments for `jax.distributed.initialize` ({} for auto-detection), or None if the
-  run is a single process."""
+  """The arguments for `jax.distributed.initialize` ({} to let JAX detect the cluster), or
+  None if the run is a single process."""
   env = os.environ
   address = parallel.coordinator_address or env.get('JAX_COORDINATOR_ADDRESS', '')
   count = int(parallel.num_processes or env.get('JAX_NUM_PROCESSES') or 0)
@@ -49,7 +51,10 @@ def process_arguments(parallel) -> dict | None:
           f'parallel.num_processes and parallel.process_id in 0..num_processes-1; got '
           f'{address!r}, {count}, {index}')
     return {'coordinator_address': address, 'num_processes': count, 'process_id': index}
-  if parallel.get('auto_detect', True) and _detected_cluster():
+  mode = parallel.get('initialize', 'auto')
+  if mode not in ('auto', 'always', 'never'):
+    raise ConfigError(f"parallel.initialize={mode!r}: use 'auto', 'always' or 'never'")
+  if mode == 'always' or (mode == 'auto' and _detected_cluster()):
     return {}
   return None
 
@@ -65,7 +70,8 @@ def initialize(parallel) -> None:
   # the setting touches nothing else, so GPU and TPU runs are unaffected.
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   jax.distributed.initialize(**arguments)
-  cluster = _detected_cluster() if not arguments else 'the config / JAX_* variables'
+  cluster = 'the config / JAX_* variables' if arguments else (
+      _detected_cluster() or "JAX's cluster detection")
   log.info('JAX distributed runtime: process %d of %d (coordinates from %s)',
            jax.process_index(), jax.process_count(), cluster)
   if not is_main_process():
