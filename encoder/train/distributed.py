@@ -97,6 +97,23 @@ def main_process_first(make):
   return result
 
 
+def agreed_stop(signal: str | None, sync_point: bool) -> str | None:
+  """The stop request every process acts on at this step, or None.
+
+  A signal reaches the processes of a multi-host run at different steps; one that stopped
+  alone would leave the others waiting in a collective. So they stop together, at a step where
+  they already sync (a log step), once any of them was signalled.
+  """
+  if jax.process_count() == 1:
+    return signal
+  if not sync_point:
+    return None
+  import numpy as np
+  from jax.experimental import multihost_utils
+  flags = multihost_utils.process_allgather(np.int32(signal is not None))
+  return signal or ('a stop request to another process' if flags.any() else None)
+
+
 def describe_layout(global_batch: int, strategy: str, mesh_shape: dict | None = None) -> str:
   """One line for the start of the log: who computes what."""
   line = (f'{jax.process_count()} process(es), {jax.local_device_count()} local / '

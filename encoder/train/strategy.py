@@ -55,8 +55,12 @@ class PmapStrategy:
   def gather_predictions(self, outputs: list):
     """[devices, per_device, ...] per batch -> one host array per field, in eval-set order."""
     host = jax.device_get(outputs)
+    lead = 2
+    if jax.process_count() > 1:  # pmap outputs are local: each process has its hosts' rows
+      from jax.experimental import multihost_utils
+      host, lead = multihost_utils.process_allgather(host), 3  # [processes, devices, ...]
     return jax.tree.map(
-        lambda *xs: np.concatenate([x.reshape((-1,) + x.shape[2:]) for x in xs]), *host)
+        lambda *xs: np.concatenate([x.reshape((-1,) + x.shape[lead:]) for x in xs]), *host)
 
 
 class MeshStrategy:

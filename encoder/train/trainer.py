@@ -209,13 +209,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
       if step == t.stop_at_step and not stop.signal:
         stop.signal = f'train.stop_at_step={step}'
+      stopping = distributed.agreed_stop(
+          stop.signal, step % t.log_every == 0 or last or step == t.stop_at_step)
       improved = evaluated and best.improves(eval_metrics)
-      if step % t.checkpoint_every == 0 or last or stop.signal or improved:
+      if step % t.checkpoint_every == 0 or last or stopping or improved:
         save(rstate, step, best.checkpoint_metrics(eval_metrics) if evaluated else None)
       if improved:
         best.mark(step, eval_metrics)
-      if stop.signal:
-        progress.write(f'Stopped by {stop.signal} at step {step}: checkpoint saved; run the '
+      if stopping:
+        progress.write(f'Stopped by {stopping} at step {step}: checkpoint saved; run the '
                        'same command to resume.')
         break
   train_iter.close()
