@@ -127,3 +127,16 @@ def test_unknown_strategy_and_mesh_axis_are_config_errors():
   config.parallel.logical_axis_rules.embed = 'fdsp'
   with pytest.raises(ConfigError, match="unknown mesh axis 'fdsp'"):
     mesh_lib.logical_axis_rules(config.parallel)
+
+
+@pytest.mark.slow
+def test_trainer_on_fsdp_mesh_resumes_a_pmap_run_exactly(tmp_path, corpus, cache_dir):
+  from tests.train.test_trainer import losses, train
+  common = ('train.num_steps=4', 'train.log_every=1', 'train.batch_size=16',
+            'train.checkpoint_every=2')
+  train(tmp_path / 'straight', corpus, cache_dir, *common)
+  train(tmp_path / 'switched', corpus, cache_dir, *common, 'train.stop_at_step=2')
+  train(tmp_path / 'switched', corpus, cache_dir, *common, *MESHES['fsdp=8'])
+  straight, switched = losses(tmp_path / 'straight'), losses(tmp_path / 'switched')
+  assert sorted(switched) == [1, 2, 3, 4]
+  np.testing.assert_allclose([switched[s] for s in straight], list(straight.values()), rtol=2e-5)
