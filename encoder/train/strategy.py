@@ -93,6 +93,7 @@ class MeshStrategy:
   def steps(self, model, task, tx, grad_accum_steps: int):
     if self.state_shardings is None:
       raise RuntimeError('MeshStrategy.place_state must run before steps (it fixes the layout)')
+    model = mesh_lib.BatchShardedModel(model, self.mesh)
     train = jax.jit(
         functools.partial(train_step, model=model, task=task, tx=tx,
                           grad_accum_steps=grad_accum_steps, axis_name=None),
@@ -106,6 +107,7 @@ class MeshStrategy:
 
   def predict_step(self, model, task):
     # Replicated outputs: every process sees the whole eval batch's predictions.
+    model = mesh_lib.BatchShardedModel(model, self.mesh)
     return jax.jit(functools.partial(predict_step, model=model, task=task),
                    in_shardings=(self.state_shardings.params, self.batch_sharding),
                    out_shardings=self.replicated)
