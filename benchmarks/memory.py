@@ -32,7 +32,6 @@ import numpy as np  # noqa: E402
 from encoder import configs  # noqa: E402
 from encoder.modules.config import resolved_fields  # noqa: E402
 from encoder.tasks import get_task  # noqa: E402
-from encoder.train import mesh as mesh_lib  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
 from encoder.train.steps import create_state, train_step  # noqa: E402
 from encoder.train.strategy import MeshStrategy  # noqa: E402
@@ -93,9 +92,7 @@ def main() -> None:
                       (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})):
     config.parallel.mesh_shape.update(shape)
     strategy = MeshStrategy(config.parallel)
-    specs = mesh_lib.logical_specs(model, dummy)
-    strategy.state_shardings = mesh_lib.state_shardings(state, specs, strategy.mesh,
-                                                        strategy.rules)
+    strategy.lay_out(state, model, dummy)
     train, _ = strategy.steps(model, task, tx, 1)
     compiled = train.lower(state, batch).compile()
     mine = state_bytes_per_device(state, strategy.state_shardings)

@@ -84,11 +84,15 @@ class MeshStrategy:
           f'(mesh data x fsdp) x {grad_accum_steps} accumulation steps')
     return global_batch // shards
 
-  def place_state(self, state, model, dummy_batch: dict):
-    """Lays the state out by the logical axes `model` gives its parameters."""
+  def lay_out(self, state, model, dummy_batch: dict):
+    """Fixes the state's shardings from the logical axes `model` gives its parameters (the
+    state may be abstract: the memory benchmark compiles without allocating)."""
     specs = mesh_lib.logical_specs(model, dummy_batch)
     self.state_shardings = mesh_lib.state_shardings(state, specs, self.mesh, self.rules)
-    return mesh_lib.put_global(state, self.state_shardings)
+    return self.state_shardings
+
+  def place_state(self, state, model, dummy_batch: dict):
+    return mesh_lib.put_global(state, self.lay_out(state, model, dummy_batch))
 
   def steps(self, model, task, tx, grad_accum_steps: int):
     if self.state_shardings is None:
