@@ -1,8 +1,8 @@
 """Pure train and eval steps, shared by both parallel strategies.
 
 Under `pmap` (axis `batch`) a step sees one device's slice of the batch, and `axis_name` names
-the axis its sums run over. Under `jax.jit` with sharded arrays (`encoder.train.mesh`) the same
-body sees the global batch, `axis_name` is None and the sums over devices are implicit. Loss
+the axis its sums run over. Under `jax.jit` with sharded arrays (`encoder.train.strategy`) the
+same body sees the global batch, `axis_name` is None and the sums over devices are implicit. Loss
 denominators (masked-token and sequence counts) are summed over microbatches and devices before
 the loss is formed, and gradients are summed, so one device and eight give the same update for
 the same global batch.
