@@ -6,6 +6,7 @@ together must restore in one process.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -31,17 +32,21 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def launch_two_processes(workdir, corpus, cache_dir, *extra) -> float:
-  """Runs process 0 and 1 to completion; returns the wall time."""
+def start_two_processes(workdir, corpus, cache_dir, *overrides) -> list[subprocess.Popen]:
   address = f'localhost:{free_port()}'
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4',
          'JAX_PLATFORMS': 'cpu'}
-  start = time.time()
-  procs = [subprocess.Popen(
-      launch_cmd(workdir, corpus, cache_dir, *COMMON, *extra,
+  return [subprocess.Popen(
+      launch_cmd(workdir, corpus, cache_dir, *overrides,
                  f'parallel.coordinator_address={address}', 'parallel.num_processes=2',
                  f'parallel.process_id={i}'),
       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+
+
+def launch_two_processes(workdir, corpus, cache_dir, *extra) -> float:
+  """Runs process 0 and 1 to completion; returns the wall time."""
+  start = time.time()
+  procs = start_two_processes(workdir, corpus, cache_dir, *COMMON, *extra)
   outputs = [p.communicate(timeout=600) for p in procs]
   for i, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
     assert p.returncode == 0, f'process {i}:\n{err[-3000:]}'
@@ -75,3 +80,22 @@ def test_two_processes_match_one_and_their_checkpoint_restores_in_one(
                (params, train_state['opt_state']), (params_like, train_like['opt_state']))
   for c in (reference, restored):
     c.close()
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_process_stops_both_at_the_same_step(tmp_path, corpus, cache_dir):
+  # A process that stopped alone would leave the other waiting in a collective forever.
+  workdir = tmp_path / 'run'
+  procs = start_two_processes(workdir, corpus, cache_dir, 'train.num_steps=100000',
+                              'train.log_every=5', 'train.eval_every=100000',
+                              'train.checkpoint_every=100000', 'train.batch_size=16')
+  deadline = time.time() + 300
+  while not os.path.exists(workdir / 'metrics.jsonl') or len(read_metrics(str(workdir))) < 2:
+    assert time.time() < deadline and procs[0].poll() is None, 'training did not start'
+    time.sleep(0.5)
+  procs[1].send_signal(signal.SIGTERM)
+  outputs = [p.communicate(timeout=300) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outputs[0][1][-2000:]
+  assert 'Stopped by a stop request to another process' in outputs[0][1]
+  steps = os.listdir(workdir / 'checkpoints')
+  assert len(steps) == 1 and int(steps[0]) % 5 == 0  # together, at a log step
