@@ -86,6 +86,18 @@ def base_config() -> config_dict.ConfigDict:
   t.checkpoint_every = 10_000
   t.keep_checkpoints = 3
   t.stop_at_step = 0  # >0: save and stop after this step, as if preempted (time-sliced jobs)
+
+  c.parallel = p = config_dict.ConfigDict()  # devices and hosts: see docs/scaling.md
+  p.strategy = 'pmap'  # pmap (replicated data parallel) | mesh (jit over data x fsdp x tensor)
+  p.coordinator_address = ''  # multi-host: host:port of process 0 ('' = JAX_* env or auto)
+  p.num_processes = 0  # 0: from JAX_NUM_PROCESSES or the cluster (TPU pod, SLURM, Open MPI)
+  p.process_id = -1  # -1: from JAX_PROCESS_ID or the cluster
+  p.initialize = 'auto'  # auto: join when a cluster is detected | always | never
+  p.mesh_shape = config_dict.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1})  # -1: the rest
+  # Logical parameter axes -> mesh axes ('' keeps a dimension whole; 'a,b' splits over both).
+  p.logical_axis_rules = config_dict.ConfigDict({
+      'vocab': 'tensor', 'embed': 'fsdp', 'embed_out': '', 'heads': 'tensor', 'kv': '',
+      'mlp': 'tensor'})
   return c
 
 

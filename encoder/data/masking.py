@@ -26,6 +26,27 @@ class MaskConfig:
   word_starts: np.ndarray  # bool [vocab]
 
 
+class RowSlice:
+  """Draws random numbers for all `total` rows of a global batch and keeps rows [first, first+n).
+
+  Passed as `rng` to `apply`: a host masking its slice of the global batch then draws exactly the
+  numbers one process masking the whole batch would, so the global batch does not depend on how
+  many hosts share it. (Drawing the unused rows costs a few floats per token, no tokenization.)
+  """
+
+  def __init__(self, rng: np.random.Generator, first: int, total: int):
+    self.rng, self.first, self.total = rng, first, total
+
+  def _rows(self, full: np.ndarray, shape) -> np.ndarray:
+    return full[self.first:self.first + shape[0]]
+
+  def random(self, shape, dtype=np.float64) -> np.ndarray:
+    return self._rows(self.rng.random((self.total, *shape[1:]), dtype=dtype), shape)
+
+  def integers(self, low, high, shape) -> np.ndarray:
+    return self._rows(self.rng.integers(low, high, (self.total, *shape[1:])), shape)
+
+
 def num_to_predict(eligible: np.ndarray, cfg: MaskConfig) -> np.ndarray:
   """Per row: how many positions to predict (0 for a row without maskable tokens)."""
   n = eligible.sum(axis=1)

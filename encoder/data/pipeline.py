@@ -57,7 +57,9 @@ class PretrainingData:
   def train_batch(self, step: int) -> dict[str, np.ndarray]:
     """This host's share of global batch `step`: a pure function of (seed, step, host)."""
     idx = self._sampler.indices(step, self.process_index, self.process_count)
-    rng = np.random.default_rng([self.seed, _MASK_TAG, step, self.process_index])
+    # Masks drawn for the global batch (the trailing 0 keeps one-process runs as they were).
+    rng = masking.RowSlice(np.random.default_rng([self.seed, _MASK_TAG, step, 0]),
+                           self.process_index * self.batch_size, self.global_batch)
     return self._assemble(self._train, idx, rng)
 
   def eval_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:

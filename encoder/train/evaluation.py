@@ -16,12 +16,8 @@ import json
 import math
 import os
 
-import jax
-import numpy as np
-
 from encoder.errors import ConfigError
-from encoder.train import parallel
-from encoder.train.steps import pmap_predict
+from encoder.train.strategy import PmapStrategy
 
 
 def resolve_length(train, num_examples: int | None) -> None:
@@ -40,21 +36,21 @@ class Evaluator:
   """`evaluator(replicated_state, step) -> metrics` over the data's eval batches."""
 
   def __init__(self, task, data, model, eval_step, num_batches: int, workdir: str,
-               enabled: bool = True):
+               enabled: bool = True, strategy=None):
     self.task, self.data, self.eval_step = task, data, eval_step
     self.directory = os.path.join(workdir, 'predictions')
     self.enabled = enabled
-    self.batches = [parallel.shard(b) for b in data.eval_batches(num_batches)]
-    self.predict = pmap_predict(model, task) if hasattr(task, 'evaluate') else None
+    self.strategy = strategy or PmapStrategy()
+    self.batches = [self.strategy.place_batch(b) for b in data.eval_batches(num_batches)]
+    self.predict = self.strategy.predict_step(model, task) if hasattr(task, 'evaluate') else None
 
   def __call__(self, rstate, step: int) -> dict:
     if self.predict is None:
       sums = [self.eval_step(rstate.params, batch) for batch in self.batches]
-      return self.task.reduce_metrics(parallel.sum_replicated(sums))
-    outputs = jax.device_get([self.predict(rstate.params, batch) for batch in self.batches])
-    # [devices, per_device, ...] per batch -> one array in eval-set order.
-    whole = jax.tree.map(
-        lambda *xs: np.concatenate([x.reshape((-1,) + x.shape[2:]) for x in xs]), *outputs)
+      return self.task.reduce_metrics(self.strategy.sum_metrics(sums))
+    # One array per field in eval-set order.
+    whole = self.strategy.gather_predictions(
+        [self.predict(rstate.params, batch) for batch in self.batches])
     metrics, records = self.task.evaluate(self.data, whole)
     if self.enabled:
       self._write(step, records)

@@ -86,7 +86,8 @@ class Progress:
       self.bar.set_postfix({k: f'{v:.4g}' for k, v in postfix.items()}, refresh=False)
 
   def write(self, message: str) -> None:
-    self.bar.write(message, file=sys.stderr)
+    if not self.bar.disable:  # in a multi-host run, process 0 alone speaks
+      self.bar.write(message, file=sys.stderr)
 
   def close(self) -> None:
     self.bar.close()

@@ -1,8 +1,11 @@
-"""Pure train and eval steps, pmap-ed over local devices along the axis `batch`.
+"""Pure train and eval steps, shared by both parallel strategies.
 
-A step sees one device's slice of the batch. Loss denominators (masked-token and sequence
-counts) are summed over microbatches and devices before the loss is formed, and gradients are
-summed, so one device and eight give the same update for the same global batch.
+Under `pmap` (axis `batch`) a step sees one device's slice of the batch, and `axis_name` names
+the axis its sums run over. Under `jax.jit` with sharded arrays (`encoder.train.strategy`) the
+same body sees the global batch, `axis_name` is None and the sums over devices are implicit. Loss
+denominators (masked-token and sequence counts) are summed over microbatches and devices before
+the loss is formed, and gradients are summed, so one device and eight give the same update for
+the same global batch.
 """
 
 from __future__ import annotations
@@ -32,14 +35,25 @@ def create_state(params, tx: optax.GradientTransformation, seed: int) -> TrainSt
 
 
 def _split_microbatches(batch: dict, n: int) -> dict:
-  return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+  """Microbatch i takes rows i, i+n, ...: a batch sharded over devices by rows then gives every
+  device its share of every microbatch, with no data moved (the sums do not depend on the split).
+  """
+  return jax.tree.map(
+      lambda x: x.reshape((x.shape[0] // n, n) + x.shape[1:]).swapaxes(0, 1), batch)
 
 
-def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1):
-  """One optimizer update; returns the new state and this step's metric sums (psum-ed)."""
-  rng = jax.random.wrap_key_data(state.rng)
-  rng = jax.random.fold_in(jax.random.fold_in(rng, state.step), jax.lax.axis_index(AXIS))
-  denominators = jax.lax.psum(task.loss_denominators(batch), AXIS)
+def _sum_over_devices(tree, axis_name: str | None):
+  """psum under pmap; under jit the arrays already span every device, so the sums are whole."""
+  return tree if axis_name is None else jax.lax.psum(tree, axis_name)
+
+
+def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
+               axis_name: str | None = AXIS):
+  """One optimizer update; returns the new state and this step's metric sums (over devices)."""
+  rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+  if axis_name is not None:  # each pmap device draws its own dropout; jit draws for the batch
+    rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+  denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
 
   def loss_fn(params, microbatch, dropout_rng):
     outputs = model.apply({'params': params}, microbatch, deterministic=False,
@@ -59,18 +73,18 @@ def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_st
     zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
         grad_fn, state.params, jax.tree.map(lambda x: x[0], micro), rng))
     (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
-  grads = jax.lax.psum(grads, AXIS)
-  sums = jax.lax.psum(sums, AXIS)
+  grads, sums = _sum_over_devices((grads, sums), axis_name)
   sums['grad_norm'] = optax.global_norm(grads)  # identical on every device; averaged when logged
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), sums
 
 
-def eval_step(params, batch: dict, *, model, task) -> dict:
+def eval_step(params, batch: dict, *, model, task, axis_name: str | None = AXIS) -> dict:
   outputs = model.apply({'params': params}, batch, deterministic=True)
-  _, sums = task.loss_and_metrics(outputs, batch, jax.lax.psum(task.loss_denominators(batch), AXIS))
-  return jax.lax.psum(sums, AXIS)
+  denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
+  _, sums = task.loss_and_metrics(outputs, batch, denominators)
+  return _sum_over_devices(sums, axis_name)
 
 
 def predict_step(params, batch: dict, *, model, task) -> dict:

@@ -20,11 +20,12 @@ from encoder.errors import ConfigError
 from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import checkpoint as ckpt_lib
-from encoder.train import parallel
+from encoder.train import distributed
 from encoder.train.evaluation import BestMarker, Evaluator, resolve_length
 from encoder.train.metric_writer import MetricWriter, Progress
 from encoder.train.optim import learning_rate_schedule, make_optimizer
-from encoder.train.steps import TrainState, create_state, pmap_steps
+from encoder.train.steps import TrainState, create_state
+from encoder.train.strategy import make_strategy
 
 log = logging.getLogger('encoder')
 
@@ -61,7 +62,8 @@ def check_workdir(config, workdir: str) -> dict | None:
   for key in ['experiment', *configs.flatten_keys(current)]:
     here = _get(current.to_dict(), key)
     there = _get(saved, key)
-    if key in RESUMABLE_KEYS or here is None or there is None or here == there:
+    resumable = key in RESUMABLE_KEYS or key.startswith('parallel.')  # layout, not the run
+    if resumable or here is None or there is None or here == there:
       continue
     raise ConfigError(
         f"workdir '{workdir}' belongs to a different run ({key}={there!r} there, {here!r} "
@@ -114,6 +116,7 @@ class _StopRequest:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains (or resumes) `config` in `workdir`; returns the final eval metrics."""
   setup_logging()
+  distributed.initialize(config.parallel)
   workdir = os.path.abspath(workdir)
   task = get_task(config.task)
   inherited = ckpt_lib.inherit_from_init(config) if config.init_from else []
@@ -123,10 +126,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     for change in inherited:
       log.info('From init_from %s: %s', config.init_from, change)
   t = config.train
-  per_device = parallel.per_device_batch_size(t.batch_size, t.grad_accum_steps)
-  is_main = jax.process_index() == 0
+  strategy = make_strategy(config.parallel)
+  per_device = strategy.per_device_batch_size(t.batch_size, t.grad_accum_steps)
+  is_main = distributed.is_main_process()
 
-  data = task.datasets(config, workdir, jax.process_index(), jax.process_count())
+  data = distributed.main_process_first(
+      lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
   task.resolve_config(config, data)
   resolve_length(t, getattr(data, 'num_train_examples', None))
   config.model.update(resolved_fields(config.model))
@@ -158,35 +163,37 @@ def train_and_evaluate(config, workdir: str) -> dict:
   log.info('%d device(s) on %d host(s): global batch %d = %d per device x %d devices; '
            '%s parameters; %d steps', jax.device_count(), jax.process_count(), t.batch_size,
            per_device, jax.device_count(), f'{num_params:,}', t.num_steps)
+  log.info('%s', distributed.describe_layout(t.batch_size, strategy.name, strategy.mesh_shape))
   for split, stats in getattr(data, 'stats', {}).items():
     log.info('data %s: %s', split, stats)
 
-  train_step, eval_step = pmap_steps(model, task, tx, t.grad_accum_steps)
+  rstate = strategy.place_state(state, model, task.dummy_batch(config))
+  del state, params
+  train_step, eval_step = strategy.steps(model, task, tx, t.grad_accum_steps)
   schedule = learning_rate_schedule(t)
   writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
   progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
   train_iter = data.train_iterator(data_state)
-  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, enabled=is_main)
+  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, enabled=is_main,
+                       strategy=strategy)
 
   def save(rstate, step: int, metrics: dict | None = None) -> None:
-    host = parallel.unreplicate(rstate)
+    host = strategy.to_checkpoint(rstate)
     checkpointer.save(step, host.params,
                       {'step': host.step, 'opt_state': host.opt_state, 'rng': host.rng},
                       train_iter.state(), force=True, metrics=metrics)
 
-  rstate = parallel.replicate(state)
-  del state, params
   window, eval_metrics = [], {}
   step = start
   with _StopRequest() as stop:
     while step < t.num_steps:
-      rstate, sums = train_step(rstate, parallel.shard(next(train_iter)))
+      rstate, sums = train_step(rstate, strategy.place_batch(next(train_iter)))
       window.append(sums)
       step += 1
       last = step == t.num_steps
       progress.update(step)
       if step % t.log_every == 0 or last:
-        metrics = _reduce_window(task, window)
+        metrics = _reduce_window(task, window, strategy.sum_metrics)
         steps_per_sec, examples_per_sec = progress.rates(step)
         metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
                        examples_per_sec=examples_per_sec)
@@ -202,13 +209,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
       if step == t.stop_at_step and not stop.signal:
         stop.signal = f'train.stop_at_step={step}'
+      stopping = distributed.agreed_stop(
+          stop.signal, step % t.log_every == 0 or last or step == t.stop_at_step)
       improved = evaluated and best.improves(eval_metrics)
-      if step % t.checkpoint_every == 0 or last or stop.signal or improved:
+      if step % t.checkpoint_every == 0 or last or stopping or improved:
         save(rstate, step, best.checkpoint_metrics(eval_metrics) if evaluated else None)
       if improved:
         best.mark(step, eval_metrics)
-      if stop.signal:
-        progress.write(f'Stopped by {stop.signal} at step {step}: checkpoint saved; run the '
+      if stopping:
+        progress.write(f'Stopped by {stopping} at step {step}: checkpoint saved; run the '
                        'same command to resume.')
         break
   train_iter.close()
@@ -219,9 +228,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return eval_metrics
 
 
-def _reduce_window(task, window: list) -> dict:
+def _reduce_window(task, window: list, sum_metrics) -> dict:
   """Fetches a log window's metric sums from the devices (the only host sync) and reduces them."""
-  total = parallel.sum_replicated(window)
+  total = sum_metrics(window)
   grad_norm = total.pop('grad_norm') / len(window)
   metrics = task.reduce_metrics(total)
   metrics['grad_norm'] = float(grad_norm)

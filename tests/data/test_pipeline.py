@@ -83,9 +83,15 @@ def test_two_hosts_are_disjoint_and_cover_the_global_batch(corpus_dir, tmp_path)
   assert batches[0]['input_ids'].shape == (8, 64)
   assert not np.array_equal(batches[0]['input_ids'], batches[1]['input_ids'])
   evals = [h.eval_batches(1)[0] for h in hosts]
-  whole = build_pretraining_data(config, str(tmp_path / 'run')).eval_batches(1)[0]
+  one = build_pretraining_data(config, str(tmp_path / 'run'))
+  whole = one.eval_batches(1)[0]
   for k in FIELDS:
     np.testing.assert_array_equal(np.concatenate([e[k] for e in evals]), whole[k])
+  # Dynamic masks too: two hosts' train batches are the one-host batch, split.
+  for step in (0, 3):
+    parts = [h.train_batch(step) for h in hosts]
+    for k, v in one.train_batch(step).items():
+      np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), v)
 
 
 def test_eval_batches_are_fixed(corpus_dir, tmp_path):

@@ -1,0 +1,104 @@
+"""Prints the per-device memory of a train step under pmap and under the FSDP mesh, from XLA.
+
+  python benchmarks/memory.py [--exp mlm_nsp_large] [--devices 8] [--batch_size 256] [--seq 128]
+
+Nothing is allocated: the state is abstract (`jax.eval_shape`), the steps are lowered and
+compiled for simulated CPU devices, and the numbers come from each executable's
+`memory_analysis()` (per device): arguments (the train state and the batch shard), outputs,
+aliased bytes (the donated state reused for the new one), temporaries (activations, gradients,
+optimizer intermediates) and their peak, arguments + outputs - aliased + temporaries.
+"""
+
+import argparse
+import os
+import sys
+
+parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser.add_argument('--exp', default='mlm_nsp_large')
+parser.add_argument('--devices', type=int, default=8)
+parser.add_argument('--batch_size', type=int, default=256, help='global batch')
+parser.add_argument('--seq', type=int, default=128)
+args = parser.parse_args()
+os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={args.devices}'
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import functools  # noqa: E402
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from encoder import configs  # noqa: E402
+from encoder.modules.config import resolved_fields  # noqa: E402
+from encoder.tasks import get_task  # noqa: E402
+from encoder.train.optim import make_optimizer  # noqa: E402
+from encoder.train.steps import create_state, train_step  # noqa: E402
+from encoder.train.strategy import MeshStrategy  # noqa: E402
+
+MiB = 2 ** 20
+
+
+def setup():
+  config = configs.load_experiment(args.exp)
+  config.data.max_seq_length = args.seq
+  config.train.batch_size = args.batch_size
+  config.model.vocab_size = config.data.vocab_size
+  config.model.update(resolved_fields(config.model))
+  task = get_task(config.task)
+  model, tx = task.build_model(config), make_optimizer(config.train)
+  dummy = task.dummy_batch(config)
+  state = jax.eval_shape(lambda: create_state(
+      nn.unbox(model.init({'params': jax.random.key(0)}, dummy))['params'], tx, 0))
+  batch = jax.eval_shape(lambda: task.dummy_batch(config, args.batch_size))
+  return config, task, model, tx, dummy, state, batch
+
+
+def report(name: str, compiled) -> None:
+  m = compiled.memory_analysis()
+  peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+          + m.temp_size_in_bytes)
+  print(f'{name:<22} arguments {m.argument_size_in_bytes / MiB:9.1f}  outputs '
+        f'{m.output_size_in_bytes / MiB:9.1f}  aliased {m.alias_size_in_bytes / MiB:9.1f}  '
+        f'temporaries {m.temp_size_in_bytes / MiB:9.1f}  peak {peak / MiB:9.1f} MiB per device')
+
+
+def state_bytes_per_device(state, shardings) -> int:
+  """Bytes of the train state one device keeps, from the shard shapes of its shardings."""
+  total = 0
+  for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True):
+    total += int(np.prod(sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
+  return total
+
+
+def main() -> None:
+  config, task, model, tx, dummy, state, batch = setup()
+  n = args.devices
+  params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  whole = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
+  print(f'{args.exp}: {params:,} parameters; train state (params + Adam moments) '
+        f'{whole / MiB:.1f} MiB; global batch {args.batch_size} x seq {args.seq} over {n} '
+        f'devices')
+
+  per_device = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype)  # noqa: E731
+  local = lambda x: jax.ShapeDtypeStruct((n, x.shape[0] // n, *x.shape[1:]), x.dtype)  # noqa: E731
+  pmapped = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx),
+                     axis_name='batch', donate_argnums=(0,))
+  compiled = pmapped.lower(jax.tree.map(per_device, state), jax.tree.map(local, batch)).compile()
+  print(f'{"pmap (replicated)":<22} train state per device {whole / MiB:.1f} MiB')
+  report('pmap (replicated)', compiled)
+
+  for name, shape in (('mesh data=8', {'data': -1, 'fsdp': 1, 'tensor': 1}),
+                      (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})):
+    config.parallel.mesh_shape.update(shape)
+    strategy = MeshStrategy(config.parallel)
+    strategy.lay_out(state, model, dummy)
+    train, _ = strategy.steps(model, task, tx, 1)
+    compiled = train.lower(state, batch).compile()
+    mine = state_bytes_per_device(state, strategy.state_shardings)
+    print(f'{name:<22} train state per device {mine / MiB:.1f} MiB')
+    report(name, compiled)
+
+
+if __name__ == '__main__':
+  main()
