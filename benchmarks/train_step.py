@@ -8,8 +8,9 @@ device-resident batches of the real layout (15% of positions masked, NSP labels)
 the numbers are the step alone (the data loader has its own benchmark).
 
 MFU is model FLOPs per second over a matmul ceiling measured in the same run: a jitted
-[batch*seq, hidden] x [hidden, 4*hidden] product (the FFN's shape) in the compute dtype, timed
-in every round next to the steps, since on a shared machine the ceiling moves with the load.
+[batch*seq, hidden] x [hidden, 4*hidden] product (the FFN's shape, or `--ceiling_shape`) in
+the compute dtype, timed in every round next to the steps, since on a shared machine the
+ceiling moves with the load (the best of five products per round, the median over rounds).
 Model FLOPs per step, as in PaLM's appendix B (forward + backward = 3 x forward):
 
   6 * N * B * T  +  12 * L * d * B * T^2  +  6 * (d*V + d^2) * B * P
@@ -85,13 +86,13 @@ def model_flops(model_cfg, batch: int, seq: int, preds: int) -> float:
 
 
 class Ceiling:
-  """The jitted matmul FLOP/s on this machine now, in the compute dtype."""
+  """The jitted matmul FLOP/s on this machine now, in the compute dtype: [m, k] x [k, n]."""
 
-  def __init__(self, rows: int, hidden: int, dtype: str):
+  def __init__(self, m: int, k: int, n: int, dtype: str):
     key = jax.random.key(0)
-    self.x = jax.random.normal(key, (rows, hidden), dtype)
-    self.w = jax.random.normal(key, (hidden, 4 * hidden), dtype)
-    self.flops = 2 * rows * hidden * 4 * hidden
+    self.x = jax.random.normal(key, (m, k), dtype)
+    self.w = jax.random.normal(key, (k, n), dtype)
+    self.flops = 2 * m * k * n
     self.fn = jax.jit(lambda x, w: x @ w)
     self.fn(self.x, self.w).block_until_ready()
 
@@ -182,8 +183,9 @@ def measure(size: str, args) -> dict:
   batch = random_batch(config, args.batch)
   preds = task.max_predictions(config)
   flops = model_flops(task.build_model(config).config, args.batch, args.seq, preds)
-  ceiling = Ceiling(args.batch * args.seq, task.build_model(config).config.hidden_size,
-                    args.dtype)
+  hidden = task.build_model(config).config.hidden_size
+  shape = args.ceiling_shape or (args.batch * args.seq, hidden, 4 * hidden)
+  ceiling = Ceiling(*shape, args.dtype)
   ours = Ours(config, batch)
   rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   theirs = Theirs(config, batch) if args.compare == 'torch' else None
@@ -223,6 +225,9 @@ def main(argv=None):
   parser.add_argument('--rounds', type=int, default=3, help='alternations of ours and theirs')
   parser.add_argument('--steps', type=int, default=3, help='steps timed per round and side')
   parser.add_argument('--compare', choices=('none', 'torch'), default='none')
+  parser.add_argument('--ceiling_shape', type=lambda s: tuple(int(x) for x in s.split(',')),
+                      help='M,K,N of the ceiling matmul (default: the FFN, batch*seq,d,4d); '
+                      'accelerators need a larger one to reach their peak')
   parser.add_argument('--config', action='append', default=[], metavar='KEY=VALUE',
                       help='extra experiment override, e.g. model.attention_dropout_rate=0')
   args = parser.parse_args(argv)
