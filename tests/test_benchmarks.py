@@ -53,3 +53,11 @@ def test_inference_prints_json_lines(capsys):
   assert line['size'] == 'tiny' and line['seq_per_s'] > 0
   if compare == 'torch':
     assert line['ratio'] > 0
+
+
+def test_dtype_loss_prints_json_line(capsys):
+  _script('dtype_loss').main(['--size', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256',
+                              '--steps', '2'])
+  [line] = _json_lines(capsys.readouterr().out)
+  assert line['steps'] == 2 and line['final_loss_float32'] > 0
+  assert isinstance(line['within_tolerance'], bool)
