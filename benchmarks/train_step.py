@@ -1,15 +1,39 @@
-"""Throughput of the real pretraining train step (the jitted, pmap-ed function launch.py runs).
+"""Throughput and MFU of the real pretraining train step, optionally against Hugging Face.
 
-  python benchmarks/train_step.py --sizes tiny,base --seq 128 --batch 32
+  python benchmarks/train_step.py --sizes mini,base --seq 128 --batch 32 --dtype float32 \
+      --compare torch
 
-Batches are device-resident and reused, so the numbers are the step alone (the data loader
-has its own benchmark). Prints compile time and the median over timed windows.
+Our step is the one launch.py runs (`pmap_steps`: jit-compiled, pmap-ed, state donated) on
+device-resident batches of the real layout (15% of positions masked, NSP labels), reused, so
+the numbers are the step alone (the data loader has its own benchmark).
+
+MFU is model FLOPs per second over a matmul ceiling measured in the same run: a jitted
+[batch*seq, hidden] x [hidden, 4*hidden] product (the FFN's shape, or `--ceiling_shape`) in
+the compute dtype, timed in every round next to the steps, since on a shared machine the
+ceiling moves with the load (the best of five products per round, the median over rounds).
+Model FLOPs per step, as in PaLM's appendix B (forward + backward = 3 x forward):
+
+  6 * N * B * T  +  12 * L * d * B * T^2  +  6 * (d*V + d^2) * B * P
+
+N is the encoder's matmul parameters (attention, FFN and pooler kernels, embeddings
+excluded since a lookup is no matmul), T the sequence length, P the predicted (masked)
+positions per sequence: the MLM transform and tied decoder run only there, in ours as in
+BERT's original code. Hugging Face decodes every position, and its extra work is not counted
+in its favour: both sides are credited with the same useful FLOPs.
+
+`--compare torch` (needs torch and transformers) times `BertForPreTraining` (SDPA attention,
+torch AdamW, same clipping, same size, batch and sequence; bf16 through `torch.autocast`) on
+the same batch, alternating with ours in rounds; medians of the rounds and their ratio are
+reported. Peak RSS is the process's high-water mark after our step has run, before torch
+builds its model. One JSON object per configuration per line, then a table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -25,6 +49,14 @@ from encoder.train import parallel  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
 from encoder.train.steps import create_state, pmap_steps  # noqa: E402
 from encoder.train.trainer import init_params  # noqa: E402
+
+
+def bench_config(size: str, seq: int, batch: int, dtype: str, vocab: int, extra=()):
+  config = configs.load_experiment('mlm_nsp_base')
+  configs.apply_overrides(config, [f'model.size={size}', f'data.max_seq_length={seq}',
+                                   f'train.batch_size={batch}', f'model.dtype={dtype}',
+                                   f'model.vocab_size={vocab}', *extra])
+  return config
 
 
 def random_batch(config, batch_size: int, seed: int = 0) -> dict:
@@ -43,46 +75,179 @@ def random_batch(config, batch_size: int, seed: int = 0) -> dict:
           'nsp_label': rng.integers(0, 2, batch_size).astype(np.int32)}
 
 
-def measure(size: str, seq: int, batch: int, dtype: str, vocab: int, windows: int, steps: int):
-  config = configs.load_experiment('mlm_nsp_base')
-  configs.apply_overrides(config, [f'model.size={size}', f'data.max_seq_length={seq}',
-                                   f'train.batch_size={batch}', f'model.dtype={dtype}',
-                                   f'model.vocab_size={vocab}'])
-  model, tx = task.build_model(config), make_optimizer(config.train)
-  state = parallel.replicate(create_state(init_params(model, task.dummy_batch(config), 0), tx, 0))
-  train_step, _ = pmap_steps(model, task, tx)
-  sharded = parallel.shard(random_batch(config, batch))
-  start = time.perf_counter()
-  state, metrics = train_step(state, sharded)
-  jax.block_until_ready(metrics)
-  compile_s = time.perf_counter() - start
-  times = []
-  for _ in range(windows):
+def model_flops(model_cfg, batch: int, seq: int, preds: int) -> float:
+  """Training FLOPs of one step by the formula in the module docstring."""
+  d, layers, vocab = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
+  ffn = model_cfg.intermediate_size * (2 if model_cfg.activation == 'geglu' else 1)
+  per_layer = 4 * d * d + d * ffn + model_cfg.intermediate_size * d
+  n = layers * per_layer + d * d  # + pooler (run on one position; negligible either way)
+  return (6 * n * batch * seq + 12 * layers * d * batch * seq * seq
+          + 6 * (d * vocab + d * d) * batch * preds)
+
+
+class Ceiling:
+  """The jitted matmul FLOP/s on this machine now, in the compute dtype: [m, k] x [k, n]."""
+
+  def __init__(self, m: int, k: int, n: int, dtype: str):
+    key = jax.random.key(0)
+    self.x = jax.random.normal(key, (m, k), dtype)
+    self.w = jax.random.normal(key, (k, n), dtype)
+    self.flops = 2 * m * k * n
+    self.fn = jax.jit(lambda x, w: x @ w)
+    self.fn(self.x, self.w).block_until_ready()
+
+  def measure(self, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      self.fn(self.x, self.w).block_until_ready()
+      times.append(time.perf_counter() - start)
+    return self.flops / min(times)
+
+
+class Ours:
+  def __init__(self, config, batch: dict):
+    self.model, tx = task.build_model(config), make_optimizer(config.train)
+    params = init_params(self.model, task.dummy_batch(config), 0)
+    self.state = parallel.replicate(create_state(params, tx, 0))
+    self.step_fn, _ = pmap_steps(self.model, task, tx, config.train.grad_accum_steps)
+    self.batch = parallel.shard(batch)
+    start = time.perf_counter()
+    self.run(1)
+    self.compile_s = time.perf_counter() - start
+    self.last_loss = None
+
+  def run(self, steps: int) -> float:
     start = time.perf_counter()
     for _ in range(steps):
-      state, metrics = train_step(state, sharded)
+      self.state, metrics = self.step_fn(self.state, self.batch)
     jax.block_until_ready(metrics)
-    times.append((time.perf_counter() - start) / steps)
-  step_s = statistics.median(times)
-  print(f'{size:>6} seq {seq} batch {batch} {dtype}: compile {compile_s:6.1f} s, '
-        f'{1 / step_s:7.2f} steps/s, {batch / step_s:8.1f} seq/s, '
-        f'{batch * seq / step_s:10.0f} tokens/s (median of {windows} x {steps} steps)',
-        flush=True)
+    self.metrics = metrics
+    return (time.perf_counter() - start) / steps
 
 
-def main():
+class Theirs:
+  """Hugging Face BertForPreTraining with the same shape, batch, AdamW and clipping."""
+
+  def __init__(self, config, batch: dict):
+    import torch
+    import transformers
+    m, t = task.build_model(config).config, config.train
+    hf = transformers.BertConfig(
+        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
+        max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size,
+        hidden_dropout_prob=m.dropout_rate, attention_probs_dropout_prob=m.attention_dropout_rate,
+        layer_norm_eps=m.layer_norm_eps)
+    self.torch = torch
+    self.model = transformers.BertForPreTraining._from_config(hf, attn_implementation='sdpa')
+    self.model.train()
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.learning_rate, betas=(t.b1, t.b2),
+                                 eps=t.eps, weight_decay=t.weight_decay)
+    self.clip = t.clip_norm
+    self.bf16 = m.dtype == 'bfloat16'
+    labels = np.full(batch['input_ids'].shape, -100, np.int64)
+    np.put_along_axis(labels, batch['masked_positions'], batch['masked_ids'], 1)
+    self.inputs = {'input_ids': torch.from_numpy(batch['input_ids'].astype(np.int64)),
+                   'token_type_ids': torch.from_numpy(batch['segment_ids'].astype(np.int64)),
+                   'attention_mask': torch.from_numpy(batch['input_mask'].astype(np.int64)),
+                   'labels': torch.from_numpy(labels),
+                   'next_sentence_label': torch.from_numpy(batch['nsp_label'].astype(np.int64))}
+    self.run(1)
+
+  def run(self, steps: int) -> float:
+    torch = self.torch
+    start = time.perf_counter()
+    for _ in range(steps):
+      with torch.autocast('cpu', dtype=torch.bfloat16, enabled=self.bf16):
+        loss = self.model(**self.inputs).loss
+      loss.backward()
+      if self.clip:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+      self.opt.step()
+      self.opt.zero_grad(set_to_none=True)
+    return (time.perf_counter() - start) / steps
+
+
+def torch_available() -> bool:
+  try:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+  except ImportError:
+    return False
+  return True
+
+
+def measure(size: str, args) -> dict:
+  config = bench_config(size, args.seq, args.batch, args.dtype, args.vocab, args.config)
+  batch = random_batch(config, args.batch)
+  preds = task.max_predictions(config)
+  flops = model_flops(task.build_model(config).config, args.batch, args.seq, preds)
+  hidden = task.build_model(config).config.hidden_size
+  shape = args.ceiling_shape or (args.batch * args.seq, hidden, 4 * hidden)
+  ceiling = Ceiling(*shape, args.dtype)
+  ours = Ours(config, batch)
+  rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  theirs = Theirs(config, batch) if args.compare == 'torch' else None
+  ours_t, theirs_t, ceilings = [], [], []
+  for _ in range(args.rounds):
+    ceilings.append(ceiling.measure())
+    ours_t.append(ours.run(args.steps))
+    if theirs:
+      theirs_t.append(theirs.run(args.steps))
+  step_s, peak = statistics.median(ours_t), statistics.median(ceilings)
+  result = {'size': size, 'seq': args.seq, 'batch': args.batch, 'dtype': args.dtype,
+            'seq_per_s': round(args.batch / step_s, 3),
+            'tokens_per_s': round(args.batch * args.seq / step_s, 1),
+            'compile_s': round(ours.compile_s, 2), 'peak_rss_mb': round(rss_mb, 1),
+            'model_tflops_per_step': round(flops / 1e12, 4),
+            'achieved_gflops': round(flops / step_s / 1e9, 1),
+            'ceiling_gflops': round(peak / 1e9, 1), 'mfu': round(flops / step_s / peak, 4),
+            'rounds': args.rounds, 'steps_per_round': args.steps,
+            'devices': jax.local_device_count(),
+            'loss': round(float(task.reduce_metrics(
+                jax.tree.map(lambda x: np.asarray(x)[0], ours.metrics))['loss']), 4)}
+  if theirs:
+    their_s = statistics.median(theirs_t)
+    result.update(torch_seq_per_s=round(args.batch / their_s, 3),
+                  torch_mfu=round(flops / their_s / peak, 4),
+                  ratio=round(their_s / step_s, 3))
+  return result
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--sizes', default='tiny,base')
+  parser.add_argument('--sizes', default='mini,base')
   parser.add_argument('--seq', type=int, default=128)
   parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--dtype', default='float32')
+  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
   parser.add_argument('--vocab', type=int, default=30522)
-  parser.add_argument('--windows', type=int, default=3)
-  parser.add_argument('--steps', type=int, default=5)
-  args = parser.parse_args()
-  print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
+  parser.add_argument('--rounds', type=int, default=3, help='alternations of ours and theirs')
+  parser.add_argument('--steps', type=int, default=3, help='steps timed per round and side')
+  parser.add_argument('--compare', choices=('none', 'torch'), default='none')
+  parser.add_argument('--ceiling_shape', type=lambda s: tuple(int(x) for x in s.split(',')),
+                      help='M,K,N of the ceiling matmul (default: the FFN, batch*seq,d,4d); '
+                      'accelerators need a larger one to reach their peak')
+  parser.add_argument('--config', action='append', default=[], metavar='KEY=VALUE',
+                      help='extra experiment override, e.g. model.attention_dropout_rate=0')
+  args = parser.parse_args(argv)
+  if args.compare == 'torch' and not torch_available():
+    print('torch/transformers not importable: comparison skipped', file=sys.stderr)
+    args.compare = 'none'
+  print(f'# devices: {jax.local_device_count()} x {jax.devices()[0].device_kind}; '
+        f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs', flush=True)
+  results = []
   for size in args.sizes.split(','):
-    measure(size, args.seq, args.batch, args.dtype, args.vocab, args.windows, args.steps)
+    results.append(measure(size, args))
+    print(json.dumps(results[-1]), flush=True)
+  print(f'\n{"size":>6} {"dtype":>8} {"seq/s":>8} {"tok/s":>8} {"MFU":>6} {"ceiling":>8} '
+        f'{"HF seq/s":>9} {"ratio":>6} {"compile":>8} {"RSS MB":>7}')
+  nan = float('nan')
+  for r in results:
+    print(f'{r["size"]:>6} {r["dtype"]:>8} {r["seq_per_s"]:8.2f} {r["tokens_per_s"]:8.0f} '
+          f'{r["mfu"]:6.1%} {r["ceiling_gflops"]:8.0f} {r.get("torch_seq_per_s", nan):9.2f} '
+          f'{r.get("ratio", nan):6.2f} {r["compile_s"]:8.1f} {r["peak_rss_mb"]:7.0f}')
+  return results
 
 
 if __name__ == '__main__':

@@ -1,0 +1,63 @@
+"""The benchmark scripts run end to end at toy sizes and print one valid JSON line per size.
+
+They are imported and called in-process (the session's JAX is reused, so this takes seconds);
+the numbers themselves are never checked: speed is measured by running the scripts.
+"""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          'benchmarks')
+
+
+def _script(name: str):
+  spec = importlib.util.spec_from_file_location(f'bench_{name}',
+                                                os.path.join(BENCHMARKS, f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _json_lines(out: str) -> list[dict]:
+  return [json.loads(line) for line in out.splitlines() if line.startswith('{')]
+
+
+def _torch_available() -> bool:
+  return (importlib.util.find_spec('torch') is not None
+          and importlib.util.find_spec('transformers') is not None)
+
+
+TOY = ['--sizes', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256', '--rounds', '1']
+
+
+@pytest.mark.parametrize('compare', ['none', 'torch'])
+def test_train_step_prints_json_lines(capsys, compare):
+  if compare == 'torch' and not _torch_available():
+    pytest.skip('torch and transformers are not installed')
+  _script('train_step').main(TOY + ['--steps', '1', '--compare', compare])
+  [line] = _json_lines(capsys.readouterr().out)
+  assert {'size', 'seq', 'batch', 'dtype', 'seq_per_s', 'mfu', 'compile_s'} <= set(line)
+  assert line['size'] == 'tiny' and line['seq_per_s'] > 0 and line['mfu'] > 0
+  if compare == 'torch':
+    assert line['torch_seq_per_s'] > 0 and line['ratio'] > 0
+
+
+def test_inference_prints_json_lines(capsys):
+  compare = 'torch' if _torch_available() else 'none'
+  _script('inference').main(TOY + ['--calls', '1', '--compare', compare])
+  [line] = _json_lines(capsys.readouterr().out)
+  assert line['size'] == 'tiny' and line['seq_per_s'] > 0
+  if compare == 'torch':
+    assert line['ratio'] > 0
+
+
+def test_dtype_loss_prints_json_line(capsys):
+  _script('dtype_loss').main(['--size', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256',
+                              '--steps', '2'])
+  [line] = _json_lines(capsys.readouterr().out)
+  assert line['steps'] == 2 and line['final_loss_float32'] > 0
+  assert isinstance(line['within_tolerance'], bool)
