@@ -150,6 +150,7 @@ def run_chain(workdir, kills, corpus, cache_dir, env, reference: Reference) -> d
                and committed_steps(workdir) == committed_steps(ref)
                and same_params(restore(workdir, 12)['params'], restore(ref, 12)['params']))
   stats['identical'] = stats['tried'] if identical else 0
+  stats['final_identical'] = identical
   stats['log'].append(f'final: identical={identical} committed={committed_steps(workdir)}')
   return stats
 
@@ -176,22 +177,68 @@ NAMED_CHAINS = [
 ]
 
 
+def random_kills(workdir, corpus, cache_dir, env, reference, rng, cap: float) -> dict:
+  """Outside SIGKILLs at seeded random times into one workdir until its run completes: each
+  launch is killed `uniform(0.5, cap)` seconds after it starts (anywhere: imports, data,
+  compile, steps, checkpoint writes). A launch that finishes first shrinks `cap` to 90% of its
+  duration, so the times keep landing inside runs."""
+  stats = {'tried': 0, 'identical': 0, 'lost': 0, 'finished_early': 0, 'log': [],
+           'kills': []}
+  while not os.path.exists(os.path.join(workdir, 'checkpoints', '12')) and len(
+      stats['kills']) < 12:
+    delay = round(rng.uniform(0.5, cap), 2)
+    start = time.time()
+    proc = subprocess.Popen(command(workdir, corpus, cache_dir), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+      proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+      proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    if proc.returncode == 0:
+      cap = max(1.0, 0.9 * (time.time() - start))
+      stats['finished_early'] += 1
+      stats['log'].append(f'{delay}s: finished first; cap now {cap:.1f}s')
+      continue
+    assert proc.returncode == -signal.SIGKILL, err[-3000:]
+    stats['kills'].append(delay)
+    stats['tried'] += 1
+    lost = unreadable(workdir)
+    stats['lost'] += len(lost)
+    so_far = records(workdir)
+    ok = so_far == records(reference.workdir())[:len(so_far)]
+    stats['prefix_ok'] = stats.get('prefix_ok', True) and ok
+    stats['log'].append(f'{delay}s: killed, committed={committed_steps(workdir)} lost={lost} '
+                        f'metrics_prefix_identical={ok}')
+  final = run_chain(workdir, [], corpus, cache_dir, env, reference)
+  identical = stats.get('prefix_ok', True) and final['final_identical']
+  stats['identical'] = stats['tried'] if identical else 0
+  stats['log'] += final['log']
+  stats['cap'] = cap
+  return stats
+
+
 @pytest.mark.slow
 def test_twenty_kill_points_resume_identically(tmp_path, corpus, cache_dir, env):
   ref = Reference(tmp_path, corpus, cache_dir, env)
-  ref.workdir()
-  seconds = ref.seconds
-  rng = random.Random(20261130)
-  random_chains = [[round(rng.uniform(1.0, seconds), 2) for _ in range(5)] for _ in range(2)]
   totals = {'tried': 0, 'identical': 0, 'lost': 0, 'finished_early': 0}
-  for i, kills in enumerate(NAMED_CHAINS + random_chains):
-    stats = run_chain(str(tmp_path / f'chain{i}'), kills, corpus, cache_dir, env, ref)
-    print(f'chain {i}:', *stats['log'], sep='\n  ')
+
+  def add(name, stats):
+    print(f'{name}:', *stats['log'], sep='\n  ')
     for key in totals:
       totals[key] += stats[key]
+
+  for i, kills in enumerate(NAMED_CHAINS):
+    add(f'chain {i}', run_chain(str(tmp_path / f'chain{i}'), kills, corpus, cache_dir, env, ref))
+  ref.workdir()
+  rng, cap, i = random.Random(20261130), ref.seconds, 0
+  while totals['tried'] < 22 and i < 4:
+    stats = random_kills(str(tmp_path / f'random{i}'), corpus, cache_dir, env, ref, rng, cap)
+    cap, i = stats['cap'], i + 1
+    add(f'random {i}', stats)
   print(f"kill points tried {totals['tried']}, resumed identically {totals['identical']}, "
-        f"checkpoints lost {totals['lost']} (runs that finished before their random kill: "
-        f"{totals['finished_early']}; reference run {seconds:.0f}s)")
+        f"checkpoints lost {totals['lost']} (random launches that finished before their kill: "
+        f"{totals['finished_early']}; reference run {ref.seconds:.0f}s)")
   assert totals['tried'] >= 20
   assert totals['lost'] == 0
   assert totals['identical'] == totals['tried']
