@@ -20,6 +20,7 @@ import numpy as np
 
 from encoder import inference_text as text_lib
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
+from encoder.checkpoint_files import restore_params as restore_params  # re-exported
 from encoder.errors import CheckpointError, DataError
 
 # Task methods -> the config.task whose checkpoints have that head. A fine-tuning task plugs in

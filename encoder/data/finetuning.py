@@ -121,7 +121,9 @@ def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
     return rows
   # GLUE's TSVs hold unbalanced quotes, so TSV fields are split verbatim (no quoting).
   quoting = csv.QUOTE_NONE if fmt == 'tsv' else csv.QUOTE_MINIMAL
-  reader = csv.reader(lines, delimiter='\t' if fmt == 'tsv' else ',', quoting=quoting)
+  # Lines go back with their \n, so a quoted CSV field spanning lines keeps its line break.
+  reader = csv.reader((line + '\n' for line in lines), delimiter='\t' if fmt == 'tsv' else ',',
+                      quoting=quoting)
   rows = []
   while True:  # reader.line_num, not a row count: a quoted CSV field may span lines
     start = reader.line_num + 1
