@@ -59,6 +59,7 @@ def hold(workdir: str, enabled: bool = True):
   if not enabled:
     yield
     return
+  created = not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, LOCK_FILE)
   f = open(path, 'a+', encoding='utf-8')  # noqa: SIM115 - held open for the whole run
@@ -91,6 +92,11 @@ def hold(workdir: str, enabled: bool = True):
       f.seek(0)
       f.truncate()
       f.flush()
+      if created and os.listdir(workdir) == [LOCK_FILE]:
+        # A run that failed before writing anything leaves no workdir behind (as before
+        # there was a lock); the tiny race this opens only concerns that empty directory.
+        os.remove(path)
+        os.rmdir(workdir)
   finally:
     f.close()  # drops the flock
 
