@@ -249,3 +249,20 @@ def test_convert_refuses_a_truncated_safetensors_file(scratch):
   with pytest.raises(EncoderError, match='cannot read .*model.safetensors') as e:
     convert.read_safetensors(directory)
   one_line(e.value)
+
+
+BAD_TFDS = ['', 'no_such_dataset_xyz', 'glue/no_such_config', 'ImDb Reviews', '../../etc',
+            'imdb_reviews:no_split[', 'a' * 300, '\x00', 'é/中']
+
+
+def test_bad_tfds_names_are_one_line_errors(tmp_path):
+  from encoder.data import finetuning_tfds
+  for name in BAD_TFDS:
+    with pytest.raises(DataError) as e:
+      corpora.load_documents(f'tfds:{name}', data_dir=str(tmp_path))
+    one_line(e.value)
+  for read in (finetuning_tfds.read_glue, finetuning_tfds.read_tagging):
+    for name in ('glue/sst2', 'glue/nope', 'nope', ''):
+      with pytest.raises(DataError) as e:
+        read(name, 'train', str(tmp_path))
+      one_line(e.value)
