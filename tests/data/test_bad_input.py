@@ -266,3 +266,22 @@ def test_bad_tfds_names_are_one_line_errors(tmp_path):
       with pytest.raises(DataError) as e:
         read(name, 'train', str(tmp_path))
       one_line(e.value)
+
+
+def test_words_cut_by_truncation_are_reported_not_dropped_silently(caplog):
+  import logging
+
+  import numpy as np
+
+  from encoder.tasks import tagging
+  sentences = [finetuning.TaggedSentence(['a', 'b'], ['O', 'O'], 'f:1'),
+               finetuning.TaggedSentence(['a', 'b', 'c'], ['O', 'B-X', 'I-X'], 'f:4')]
+  logger = logging.getLogger('encoder')
+  logger.addHandler(caplog.handler)
+  try:
+    tagging._report_cut_words(sentences, [np.array([1, 2]), np.array([1])], 3)
+  finally:
+    logger.removeHandler(caplog.handler)
+  assert {r.getMessage() for r in caplog.records} == {
+      "warning: 2 of 5 words (in 1 sentences, first at f:4) lie past data.max_seq_length=3 "
+      "sub-tokens: they are not trained on, and are predicted 'O' in eval"}
