@@ -8,13 +8,13 @@ Each item restores with plain Orbax, without this project:
   ocp.StandardCheckpointer().restore('WORKDIR/checkpoints/1000/params')
 Orbax (0.12) writes a step into `<step>.orbax-checkpoint-tmp`, and renames it to `<step>` only
 after every item is written (and `commit_success.txt` is in it), so a save killed at any point
-never looks like a checkpoint: `all_steps` lists only renamed directories, and the leftover
-temporary directory is replaced when that step is saved again. What the rename cannot guard
-against (files damaged or deleted later, a disk that lied) is handled on restore: the newest
-step that restores in full wins, and newer unreadable ones are moved aside (never deleted) to
-`checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk full) raises a
-CheckpointError naming the step; Orbax deletes old steps only after a save committed, so the
-earlier checkpoints stay.
+never looks like a checkpoint: `all_steps` lists only renamed directories, and leftover
+temporary directories are removed when the next run opens the directory. What the rename
+cannot guard against (files damaged or deleted later, a disk that lied) is handled on restore:
+the newest step that restores in full wins, and newer unreadable ones are moved aside (never
+deleted) to `checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk
+full) raises a CheckpointError naming the step; Orbax deletes old steps only after a save
+committed, so the earlier checkpoints stay.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ class Checkpointer:
           policies.LatestN(n=keep),
           policies.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
                          keep_checkpoints_without_metrics=False)])}
+    # Leftover temporary directories of killed saves are removed at start: safe, since the
+    # workdir lock (train/workdir_lock.py) rules out another run writing here.
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=asynchronous,
-                                           **keeping)
+                                           cleanup_tmp_directories=True, **keeping)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
     self._writing = None  # the step whose asynchronous save may still be in flight
 
