@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -30,12 +31,14 @@ FAULT_LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fault_l
 
 
 @pytest.fixture(scope='module')
-def env(tmp_path_factory):
-  """Two simulated devices and a shared persistent compilation cache, so each launch after the
-  first skips most of its compile (the cached executables are the same programs)."""
+def env():
+  """Two simulated devices and a persistent compilation cache shared by the launches (and by
+  later sessions), so most launches skip their compile. Cached executables are keyed by the
+  program and flags, so they are the same programs: results stay bit-identical."""
+  cache = os.environ.get('ENCODER_TEST_JAX_CACHE',
+                         os.path.join(tempfile.gettempdir(), 'encoder-tests-jax-cache'))
   return {**os.environ, 'XLA_FLAGS': f'--xla_force_host_platform_device_count={DEVICES}',
-          'JAX_PLATFORMS': 'cpu',
-          'JAX_COMPILATION_CACHE_DIR': str(tmp_path_factory.mktemp('jax_cache')),
+          'JAX_PLATFORMS': 'cpu', 'JAX_COMPILATION_CACHE_DIR': cache,
           'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
 
 
