@@ -25,6 +25,7 @@ from encoder.errors import CheckpointError, ConfigError
 from encoder.train import faults, metric_writer, parallel, steps, workdir_lock
 from encoder.train.checkpoint import Checkpointer
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARAMS = {'encoder': {'w': np.arange(12, dtype=np.float32).reshape(3, 4)}}
 
 
@@ -237,7 +238,7 @@ def test_a_second_run_on_a_workdir_is_refused(tmp_path):
 def test_a_lock_held_by_another_process_refuses_until_it_dies(tmp_path, caplog):
   holder = subprocess.Popen(
       [sys.executable, '-c', 'import sys, time\n'
-       f'sys.path.insert(0, {os.getcwd()!r})\n'
+       f'sys.path.insert(0, {ROOT!r})\n'
        'from encoder.train import workdir_lock\n'
        f'with workdir_lock.hold({str(tmp_path)!r}):\n'
        '  print("held", flush=True); time.sleep(60)\n'],
