@@ -180,16 +180,17 @@ NAMED_CHAINS = [
 ]
 
 
-def random_kills(workdir, corpus, cache_dir, env, reference, rng, cap: float) -> dict:
+def random_kills(workdir, corpus, cache_dir, env, reference, rng, window) -> dict:
   """Outside SIGKILLs at seeded random times into one workdir until its run completes: each
-  launch is killed `uniform(0.5, cap)` seconds after it starts (anywhere: imports, data,
-  compile, steps, checkpoint writes). A launch that finishes first shrinks `cap` to 90% of its
-  duration, so the times keep landing inside runs."""
+  launch is killed `uniform(*window)` seconds after it starts (anywhere: imports, data,
+  compile, steps, checkpoint writes). A launch that finishes first, after d seconds, moves the
+  window to (0.4 d, d): its later part, where the steps and checkpoint writes are, since a
+  window that only covers the start-up would kill runs that never progress."""
   stats = {'tried': 0, 'identical': 0, 'lost': 0, 'finished_early': 0, 'log': [],
            'kills': []}
   while not os.path.exists(os.path.join(workdir, 'checkpoints', '12')) and len(
       stats['kills']) < 12:
-    delay = round(rng.uniform(0.5, cap), 2)
+    delay = round(rng.uniform(*window), 2)
     start = time.time()
     proc = subprocess.Popen(command(workdir, corpus, cache_dir), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -199,9 +200,10 @@ def random_kills(workdir, corpus, cache_dir, env, reference, rng, cap: float) ->
       proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=600)
     if proc.returncode == 0:
-      cap = max(1.0, 0.9 * (time.time() - start))
+      took = time.time() - start
+      window = (0.4 * took, took)
       stats['finished_early'] += 1
-      stats['log'].append(f'{delay}s: finished first; cap now {cap:.1f}s')
+      stats['log'].append(f'{delay}s: finished first, in {took:.1f}s')
       continue
     assert proc.returncode == -signal.SIGKILL, err[-3000:]
     stats['kills'].append(delay)
@@ -217,7 +219,7 @@ def random_kills(workdir, corpus, cache_dir, env, reference, rng, cap: float) ->
   identical = stats.get('prefix_ok', True) and final['final_identical']
   stats['identical'] = stats['tried'] if identical else 0
   stats['log'] += final['log']
-  stats['cap'] = cap
+  stats['window'] = window
   return stats
 
 
@@ -234,10 +236,11 @@ def test_twenty_kill_points_resume_identically(tmp_path, corpus, cache_dir, env)
   for i, kills in enumerate(NAMED_CHAINS):
     add(f'chain {i}', run_chain(str(tmp_path / f'chain{i}'), kills, corpus, cache_dir, env, ref))
   ref.workdir()
-  rng, cap, i = random.Random(20261130), ref.seconds, 0
+  rng, window, i = random.Random(20261130), (0.5, ref.seconds), 0
   while totals['tried'] < 22 and i < 4:
-    stats = random_kills(str(tmp_path / f'random{i}'), corpus, cache_dir, env, ref, rng, cap)
-    cap, i = stats['cap'], i + 1
+    stats = random_kills(str(tmp_path / f'random{i}'), corpus, cache_dir, env, ref, rng,
+                         window)
+    window, i = stats['window'], i + 1
     add(f'random {i}', stats)
   print(f"kill points tried {totals['tried']}, resumed identically {totals['identical']}, "
         f"checkpoints lost {totals['lost']} (random launches that finished before their kill: "
