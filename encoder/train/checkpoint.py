@@ -33,6 +33,7 @@ from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.errors import CheckpointError
 
 log = logging.getLogger('encoder')
+TRASH = 'deleting'  # checkpoints/deleting/<step>: old steps on their way out
 
 
 class Checkpointer:
@@ -51,9 +52,14 @@ class Checkpointer:
                          keep_checkpoints_without_metrics=False)])}
     # Leftover temporary directories of killed saves are removed at start: safe, since the
     # workdir lock (train/workdir_lock.py) rules out another run writing here.
+    # Old steps are renamed into TRASH (atomic) rather than deleted in place: a run killed
+    # while Orbax deletes a step would otherwise leave a half-deleted `<step>` that looks
+    # committed. TRASH is emptied at start and after each committed save.
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=asynchronous,
-                                           cleanup_tmp_directories=True, **keeping)
+                                           cleanup_tmp_directories=True, todelete_subdir=TRASH,
+                                           **keeping)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self._empty_trash()
     self._writing = None  # the step whose asynchronous save may still be in flight
 
   def latest_step(self) -> int | None:
@@ -135,6 +141,10 @@ class Checkpointer:
     except Exception as e:  # noqa: BLE001 - the asynchronous write's error, of any type
       raise self._write_error(e) from None
     self._writing = None
+    self._empty_trash()
+
+  def _empty_trash(self) -> None:
+    shutil.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
 
   def close(self) -> None:
     self.wait()

@@ -9,6 +9,7 @@ The kill points are the moments a real crash can hit that a timer would rarely l
   writing:N     inside the asynchronous checkpoint write of step N (arrays half written)
   commit:N      checkpoint N fully written to its temporary directory, not yet renamed
   committed:N   right after checkpoint N's rename, before Orbax's bookkeeping and cleanup
+  deleting:N    while old step N is removed (keep_checkpoints), some of its files gone
 Test code only: the patches wrap internals of the trainer and of Orbax 0.12.
 """
 
@@ -111,6 +112,20 @@ def install(kind: str, at: int) -> None:
     return result
 
   atomicity.async_path.rename = rename
+
+  from orbax.checkpoint._src.path import deleter
+  original_delete = deleter.StandardCheckpointDeleter.delete
+
+  def delete(self, step):
+    result = original_delete(self, step)
+    if kind == 'deleting' and step == at:  # moved out of the way, now half removed
+      for root, _, names in os.walk(os.path.join(str(self._directory), checkpoint.TRASH)):
+        for name in names[:1]:
+          os.remove(os.path.join(root, name))
+      die()
+    return result
+
+  deleter.StandardCheckpointDeleter.delete = delete
 
 
 def main() -> None:

@@ -256,3 +256,12 @@ def test_a_lock_held_by_another_process_refuses_until_it_dies(tmp_path, caplog):
       pass
   assert any(f'stale lock of a run that died (pid {holder.pid}' in r.getMessage()
              for r in caplog.records)
+
+
+def test_old_steps_leave_through_a_rename_so_no_half_deleted_step_remains(tmp_path):
+  checkpointer = save_steps(tmp_path, (1, 2, 3, 4), keep=2)
+  checkpointer.close()
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '4']  # trash emptied
+  (tmp_path / 'checkpoints' / 'deleting' / '1').mkdir(parents=True)  # a kill left it there
+  Checkpointer(str(tmp_path), 2).close()
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '4']

@@ -177,6 +177,8 @@ NAMED_CHAINS = [
     # The first checkpoint half written, a checkpoint written but not renamed, one renamed but
     # not yet recorded, between steps, the last step's checkpoint before its rename.
     ['writing:2', 'commit:4', 'committed:6', 'stepped:9', 'metrics:11', 'commit:12'],
+    # While an old step is removed (keep_checkpoints=3: step 2 goes when 8 commits, 4 with 10).
+    ['deleting:2', 'deleting:4'],
 ]
 
 
