@@ -239,7 +239,7 @@ def test_twenty_kill_points_resume_identically(tmp_path, corpus, cache_dir, env)
     add(f'chain {i}', run_chain(str(tmp_path / f'chain{i}'), kills, corpus, cache_dir, env, ref))
   ref.workdir()
   rng, window, i = random.Random(20261130), (0.5, ref.seconds), 0
-  while totals['tried'] < 22 and i < 4:
+  while totals['tried'] < 22 and i < 10:
     stats = random_kills(str(tmp_path / f'random{i}'), corpus, cache_dir, env, ref, rng,
                          window)
     window, i = stats['window'], i + 1
