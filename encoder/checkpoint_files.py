@@ -5,6 +5,7 @@ Light on purpose (Orbax and numpy only), so notebooks load checkpoints without t
 
 from __future__ import annotations
 
+import logging
 import os
 
 import jax
@@ -12,10 +13,19 @@ import numpy as np
 
 from encoder.errors import CheckpointError
 
+log = logging.getLogger('encoder')
+
 
 def resolve_checkpoint(path: str) -> tuple[str, str]:
   """A workdir, its checkpoints/ directory, one step directory or its params/ -> (workdir,
-  params directory). The workdir is where config.json and tokenizer/ live."""
+  params directory of the newest step). The workdir is where config.json and tokenizer/ live."""
+  workdir, candidates = checkpoint_candidates(path)
+  return workdir, candidates[0]
+
+
+def checkpoint_candidates(path: str) -> tuple[str, list[str]]:
+  """(workdir, params directories to try, newest first): one for a step, every step for a
+  workdir. Orbax's unfinished `<step>.orbax-checkpoint-tmp` directories are never candidates."""
   path = os.path.abspath(os.path.expanduser(str(path)))
   if not os.path.exists(path):
     raise CheckpointError(f"no checkpoint at '{path}': give a workdir or a checkpoint step "
@@ -25,7 +35,7 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
   if os.path.isdir(os.path.join(path, 'params')):  # one step
     parent = os.path.dirname(path)
     workdir = os.path.dirname(parent) if os.path.basename(parent) == 'checkpoints' else parent
-    return workdir, os.path.join(path, 'params')
+    return workdir, [os.path.join(path, 'params')]
   if os.path.exists(os.path.join(path, 'model.safetensors')):
     raise CheckpointError(f"'{path}' is a Hugging Face model: convert it first with "
                           f'python -m encoder.convert --from-hf {path} --out WORKDIR')
@@ -33,11 +43,35 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
   workdir = path
   if not os.path.isdir(directory):
     directory, workdir = path, os.path.dirname(path)
-  steps = [int(n) for n in os.listdir(directory)
-           if n.isdigit() and os.path.isdir(os.path.join(directory, n, 'params'))]
+  if not os.path.isdir(directory):
+    raise CheckpointError(f"'{path}' is not a directory: give a workdir or a checkpoint step")
+  steps = sorted((int(n) for n in os.listdir(directory)
+                  if n.isdigit() and os.path.isdir(os.path.join(directory, n, 'params'))),
+                 reverse=True)
   if not steps:
     raise CheckpointError(f"'{path}' holds no complete checkpoint (no checkpoints/<step>/params)")
-  return workdir, os.path.join(directory, str(max(steps)), 'params')
+  return workdir, [os.path.join(directory, str(s), 'params') for s in steps]
+
+
+def restore_newest_params(path: str) -> tuple[str, str, dict]:
+  """(workdir, params directory, params) of the newest readable checkpoint under `path`.
+
+  An unreadable newer step (damaged or deleted files) gets a one-line warning and the next
+  older one is tried; nothing is deleted. CheckpointError when no step is readable.
+  """
+  workdir, candidates = checkpoint_candidates(path)
+  first_error = None
+  for params_dir in candidates:
+    try:
+      return workdir, params_dir, restore_params(params_dir)
+    except CheckpointError as e:
+      first_error = first_error or e
+      if len(candidates) > 1:
+        log.warning('warning: skipping unreadable checkpoint %s', e)
+  if len(candidates) == 1:
+    raise first_error
+  raise CheckpointError(f"no readable checkpoint under '{path}' ({len(candidates)} tried; "
+                        f'newest: {first_error})')
 
 
 def restore_params(params_dir: str) -> dict:
@@ -45,8 +79,9 @@ def restore_params(params_dir: str) -> dict:
   import orbax.checkpoint as ocp
   try:
     restored = ocp.StandardCheckpointer().restore(params_dir)
-  except Exception as e:  # Orbax raises many types for unreadable data
-    raise CheckpointError(f"cannot read checkpoint '{params_dir}': {e}".split('\n')[0]) from None
+  except Exception as e:  # noqa: BLE001 - Orbax raises many types for unreadable data
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise CheckpointError(f"cannot read checkpoint '{params_dir}': {first}") from None
   params = jax.tree.map(np.asarray, restored)
   if not isinstance(params, dict) or 'encoder' not in params:
     raise CheckpointError(f"'{params_dir}' holds no 'encoder' parameters: not one of our models")

@@ -11,6 +11,7 @@ import ast
 import difflib
 import importlib
 import json
+import math
 import pkgutil
 from typing import Any
 
@@ -42,7 +43,7 @@ def experiment_module(spec: str):
     hint = difflib.get_close_matches(name, known, n=1)
     did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ''
     raise ConfigError(
-        f"unknown experiment '{name}'{did_you_mean} (see `python launch.py --list`)")
+        f"unknown experiment '{_shown(name)}'{did_you_mean} (see `python launch.py --list`)")
   return importlib.import_module(f'{EXPERIMENTS_PACKAGE}.{name}')
 
 
@@ -64,6 +65,12 @@ def flatten_keys(config: config_dict.ConfigDict, prefix: str = '') -> list[str]:
   return keys
 
 
+def _shown(text: str) -> str:
+  """The override text as quoted in an error: one line, not too long."""
+  shown = repr(text)[1:-1]
+  return shown if len(shown) <= 60 else shown[:57] + '...'
+
+
 def parse_value(text: str, field_type: type | None, key: str) -> Any:
   """Parses an override's text as the type of the field it replaces."""
   if field_type is bool:
@@ -72,7 +79,7 @@ def parse_value(text: str, field_type: type | None, key: str) -> Any:
       return True
     if lowered in ('false', '0', 'no'):
       return False
-    raise ConfigError(f"--config.{key} expects true or false, got '{text}'")
+    raise ConfigError(f"--config.{key} expects true or false, got '{_shown(text)}'")
   if field_type is int:
     try:
       return int(text.replace('_', ''))
@@ -83,17 +90,21 @@ def parse_value(text: str, field_type: type | None, key: str) -> Any:
         as_float = None
       if as_float is not None and as_float.is_integer():
         return int(as_float)
-      raise ConfigError(f"--config.{key} expects an integer, got '{text}'") from None
+      raise ConfigError(f"--config.{key} expects an integer, got '{_shown(text)}'") from None
   if field_type is float:
     try:
-      return float(text)
+      value = float(text.replace('_', '') if text.strip('_') else text)
     except ValueError:
-      raise ConfigError(f"--config.{key} expects a number, got '{text}'") from None
+      value = None
+    if value is None or not math.isfinite(value):
+      why = '' if value is None else ' (NaN and infinity are refused)'
+      raise ConfigError(f"--config.{key} expects a number, got '{_shown(text)}'{why}")
+    return value
   if field_type is str:
     return text
   try:  # an untyped field (None or a container): a Python literal, else the string itself
     return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
+  except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
     return text
 
 
@@ -115,13 +126,13 @@ def apply_override(config: config_dict.ConfigDict, key: str, text: str) -> None:
   try:
     node[leaf] = value
   except TypeError as e:
-    raise ConfigError(f'--config.{key}={text}: {e}') from None
+    raise ConfigError(f'--config.{key}={_shown(text)}: {e}') from None
 
 
 def _unknown_key(config: config_dict.ConfigDict, key: str) -> None:
   close = difflib.get_close_matches(key, flatten_keys(config), n=1, cutoff=0.5)
   hint = f"; did you mean '{close[0]}'?" if close else ''
-  raise ConfigError(f"unknown config key '{key}'{hint} (see --print_config)")
+  raise ConfigError(f"unknown config key '{_shown(key)}'{hint} (see --print_config)")
 
 
 def apply_overrides(config: config_dict.ConfigDict, overrides: list[str]) -> None:
@@ -129,7 +140,8 @@ def apply_overrides(config: config_dict.ConfigDict, overrides: list[str]) -> Non
   for item in overrides:
     key, sep, text = item.partition('=')
     if not sep:
-      raise ConfigError(f"override '--config.{item}' needs a value: --config.{key}=VALUE")
+      raise ConfigError(f"override '--config.{_shown(item)}' needs a value: "
+                        f'--config.{_shown(key)}=VALUE')
     apply_override(config, key.strip(), text)
 
 

@@ -29,13 +29,18 @@ OUR_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new'}
 def _read_json(path: str) -> dict:
   try:
     with open(path, encoding='utf-8') as f:
-      return json.load(f)
-  except (OSError, ValueError) as e:
+      value = json.load(f)
+  except (OSError, ValueError, RecursionError) as e:
     raise CheckpointError(f"cannot read '{path}': {e}".split('\n')[0]) from None
+  if not isinstance(value, dict):
+    raise CheckpointError(f"'{path}' holds a JSON {type(value).__name__}, not an object")
+  return value
 
 
 def model_fields(hf: dict) -> dict:
   """HF config.json -> our `config.model` fields; refuses what our modules cannot express."""
+  if not isinstance(hf, dict):
+    raise CheckpointError('the config.json is not a JSON object: it is not a BERT config')
   if hf.get('model_type', 'bert') != 'bert':
     raise CheckpointError(f"model_type '{hf.get('model_type')}' is not BERT: only BERT "
                           'checkpoints convert (BertModel, BertForMaskedLM, BertForPreTraining)')
@@ -46,11 +51,11 @@ def model_fields(hf: dict) -> dict:
     raise CheckpointError('decoder BERT (is_decoder / add_cross_attention) is not supported: '
                           'our model is an encoder')
   act = hf.get('hidden_act', 'gelu')
-  if act not in HF_ACTIVATIONS:
+  if not isinstance(act, str) or act not in HF_ACTIVATIONS:
     raise CheckpointError(f"hidden_act '{act}' is not supported (known: "
                           f"{', '.join(HF_ACTIVATIONS)})")
   try:
-    return {'num_layers': int(hf['num_hidden_layers']), 'hidden_size': int(hf['hidden_size']),
+    fields = {'num_layers': int(hf['num_hidden_layers']), 'hidden_size': int(hf['hidden_size']),
             'num_heads': int(hf['num_attention_heads']),
             'intermediate_size': int(hf['intermediate_size']),
             'vocab_size': int(hf['vocab_size']),
@@ -63,6 +68,17 @@ def model_fields(hf: dict) -> dict:
             'attention_dropout_rate': float(hf.get('attention_probs_dropout_prob', 0.1))}
   except KeyError as e:
     raise CheckpointError(f'the config.json lacks {e}: it is not a BERT config') from None
+  except (TypeError, ValueError, OverflowError) as e:
+    raise CheckpointError(f'the config.json has a field of the wrong type ({e})') from None
+  sizes = ('num_layers', 'hidden_size', 'num_heads', 'intermediate_size', 'vocab_size',
+           'max_position_embeddings', 'type_vocab_size')
+  bad = next((k for k in sizes if fields[k] < 1), None)
+  if bad:
+    raise CheckpointError(f'the config.json gives {bad}={fields[bad]}: sizes must be positive')
+  if fields['hidden_size'] % fields['num_heads']:
+    raise CheckpointError(f"hidden_size={fields['hidden_size']} is not divisible by "
+                          f"num_attention_heads={fields['num_heads']}")
+  return fields
 
 
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:
@@ -76,7 +92,12 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
     raise CheckpointError(f"'{directory}' has no model.safetensors{hint}")
   tensors = {}
   for path in files:
-    tensors.update(load_file(path))
+    try:
+      tensors.update(load_file(path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+      raise CheckpointError(f"cannot read '{path}' ({first}): is it a complete safetensors "
+                            'file?') from None
   return tensors
 
 
@@ -88,6 +109,36 @@ def _write_params(workdir: str, params: dict) -> None:
   manager.save(0, args=ocp.args.Composite(params=ocp.args.StandardSave(params)))
   manager.wait_until_finished()
   manager.close()
+
+
+def _convert_weights(tensors: dict, fields: dict) -> tuple[dict, list[str]]:
+  """hf_to_ours, with weights that contradict config.json refused in one line."""
+  try:
+    params, absent = hf_mapping.hf_to_ours(tensors, fields['num_layers'], fields['num_heads'])
+  except (ValueError, TypeError, KeyError) as e:
+    raise CheckpointError(f'the weights do not fit config.json ({str(e)[:160]})') from None
+  _check_shapes(params['encoder'], fields)
+  return params, absent
+
+
+def _check_shapes(converted: dict, fields: dict) -> None:
+  """Every converted encoder weight has the shape config.json implies (else load() would fail
+  later, far from the cause)."""
+  import flax.linen as nn
+  import jax
+
+  from encoder.modules.config import model_config
+  from encoder.modules.transformer import Encoder
+  ids = np.zeros((1, 2), np.int32)
+  expected = jax.eval_shape(lambda: nn.unbox(Encoder(model_config(fields)).init(
+      jax.random.key(0), ids, ids, ids))['params'])
+  flat = dict(jax.tree_util.tree_flatten_with_path(expected)[0])
+  for path, value in jax.tree_util.tree_flatten_with_path(converted)[0]:
+    want = flat.get(path)
+    if want is None or tuple(want.shape) != tuple(np.shape(value)):
+      name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+      raise CheckpointError(f"the weight encoder/{name} has shape {np.shape(value)} but "
+                            f"config.json implies {None if want is None else tuple(want.shape)}")
 
 
 def _fresh_pooler(fields: dict) -> dict:
@@ -128,8 +179,7 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   if tokenizer.vocab_size > fields['vocab_size']:
     raise CheckpointError(f'vocab.txt has {tokenizer.vocab_size} tokens but the model only '
                           f"{fields['vocab_size']} embeddings")
-  params, absent = hf_mapping.hf_to_ours(read_safetensors(hf_dir), fields['num_layers'],
-                                         fields['num_heads'])
+  params, absent = _convert_weights(read_safetensors(hf_dir), fields)
   notes = []
   if 'pooler' in absent:
     params['encoder']['pooler'] = _fresh_pooler(fields)

@@ -19,7 +19,8 @@ import jax
 import numpy as np
 
 from encoder import inference_text as text_lib
-from encoder.checkpoint_files import resolve_checkpoint, restore_params
+from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
+from encoder.checkpoint_files import restore_params as restore_params  # re-exported
 from encoder.errors import CheckpointError, DataError
 
 # Task methods -> the config.task whose checkpoints have that head. A fine-tuning task plugs in
@@ -45,7 +46,7 @@ def load(path: str) -> Model:
   from encoder.data.tokenizer import load_tokenizer
   from encoder.modules.config import model_config
 
-  workdir, params_dir = resolve_checkpoint(path)
+  workdir, _ = resolve_checkpoint(path)
   config_path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(config_path):
     raise CheckpointError(f"'{workdir}' has no config.json: load() needs the workdir the "
@@ -65,8 +66,8 @@ def load(path: str) -> Model:
   vocab = config['model'].get('vocab_size') or tokenizer.vocab_size
   cfg = dataclasses.replace(model_config(config['model'], vocab), dropout_rate=0.0,
                             attention_dropout_rate=0.0)
-  return Model(config, restore_params(params_dir), tokenizer, cfg, path=params_dir,
-               workdir=workdir)
+  _, params_dir, params = restore_newest_params(path)
+  return Model(config, params, tokenizer, cfg, path=params_dir, workdir=workdir)
 
 
 class Model:

@@ -87,6 +87,9 @@ def base_config() -> config_dict.ConfigDict:
   t.checkpoint_every = 10_000
   t.keep_checkpoints = 3
   t.stop_at_step = 0  # >0: save and stop after this step, as if preempted (time-sliced jobs)
+  # A NaN/inf loss or gradient norm stops the run (exit 2, the last good checkpoint kept);
+  # true skips such steps instead (no update) and counts them in train metrics `skipped_steps`.
+  t.skip_nonfinite = False
 
   c.parallel = p = config_dict.ConfigDict()  # devices and hosts: see docs/scaling.md
   p.strategy = 'pmap'  # pmap (replicated data parallel) | mesh (jit over data x fsdp x tensor)

@@ -19,6 +19,7 @@ import sys
 import time
 
 from encoder.data import cache
+from encoder.data.finetuning import read_utf8
 from encoder.errors import DataError
 
 Documents = list[list[str]]
@@ -101,16 +102,17 @@ def _text_files(pattern: str) -> Documents:
     raise DataError(f"no files match '{pattern}': check the path in data.corpus=text:GLOB")
   docs: Documents = []
   for path in paths:
-    opener = gzip.open if path.endswith('.gz') else open
     try:
-      with opener(path, 'rt', encoding='utf-8') as f:
-        text = f.read()
-    except UnicodeDecodeError as e:
-      raise DataError(f'{path} is not UTF-8 text (byte {e.start}): re-encode it as UTF-8') from None
+      if path.endswith('.gz'):
+        with gzip.open(path, 'rb') as f:
+          data = f.read()
+      else:
+        data = None
     except (OSError, EOFError) as e:
       raise DataError(f'cannot read {path}: {e}') from None
+    text = read_utf8(path, data)
     doc: list[str] = []
-    for line in text.splitlines():
+    for line in text.split('\n'):  # not splitlines: U+2028 and friends are text, not breaks
       line = line.strip()
       if line:
         doc.append(line)

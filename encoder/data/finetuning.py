@@ -41,16 +41,60 @@ def split_list(value) -> list[str]:
 
 
 def _lines(path: str) -> list[str]:
+  """The file's lines, split at \\n only (with \\r\\n): str.splitlines would also split at
+  U+2028, U+0085, \\x0b ... inside a field, breaking a row in two and shifting its label."""
   if not os.path.isfile(path):
     raise DataError(f"data file '{path}' does not exist: point data.train / data.eval at it")
-  try:
-    with open(path, encoding='utf-8-sig', newline='') as f:
-      lines = f.read().splitlines()
-  except UnicodeDecodeError:
-    raise DataError(f"'{path}' is not UTF-8 text") from None
+  lines = [line.removesuffix('\r') for line in read_utf8(path).split('\n')]
+  if lines and lines[-1] == '':
+    lines.pop()
   if not any(line.strip() for line in lines):
     raise DataError(f"data file '{path}' is empty")
   return lines
+
+
+def read_utf8(path: str, data: bytes | None = None) -> str:
+  """The text of a UTF-8 file (a BOM dropped); DataError naming the line of a bad byte."""
+  try:
+    if data is None:
+      with open(path, 'rb') as f:
+        data = f.read()
+  except OSError as e:
+    raise DataError(f'cannot read {path}: {e.strerror or e}') from None
+  try:
+    return data.decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    line = data.count(b'\n', 0, e.start) + 1
+    raise DataError(f'{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): re-encode '
+                    'the file as UTF-8') from None
+
+
+def clean_text(value, where: str, name: str) -> str:
+  """A text field as a string; DataError for non-text values and for unpaired surrogates
+  (JSON escapes like \\ud800 that no encoder can write)."""
+  if value is None:
+    return ''
+  if isinstance(value, dict | list | bool):
+    raise DataError(f"{where}: field '{name}' is {type(value).__name__} {str(value)[:40]!r}, "
+                    'not text')
+  text = str(value)
+  try:
+    text.encode('utf-8')
+  except UnicodeEncodeError:
+    raise DataError(f"{where}: field '{name}' holds an unpaired surrogate (an invalid \\u "
+                    'escape): fix the text') from None
+  return text
+
+
+def clean_label(value, where: str, name: str):
+  """A present, scalar label (names stripped); an empty or null one is an error, not a class."""
+  if isinstance(value, str):
+    value = clean_text(value, where, name).strip()
+  if value is None or value == '' or isinstance(value, dict | list):
+    shown = 'empty' if value is None or value == '' else f'{value!r}'[:40]
+    raise DataError(f"{where}: label field '{name}' is {shown}: every labelled example needs a "
+                    'single label')
+  return value
 
 
 def file_format(path: str, given: str = '') -> str:
@@ -69,7 +113,7 @@ def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
       if line.strip():
         try:
           row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
           raise DataError(f'{path}:{n}: not a JSON object (JSONL wants one per line)') from None
         if not isinstance(row, dict):
           raise DataError(f'{path}:{n}: not a JSON object (JSONL wants one per line)')
@@ -77,8 +121,20 @@ def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
     return rows
   # GLUE's TSVs hold unbalanced quotes, so TSV fields are split verbatim (no quoting).
   quoting = csv.QUOTE_NONE if fmt == 'tsv' else csv.QUOTE_MINIMAL
-  reader = csv.reader(lines, delimiter='\t' if fmt == 'tsv' else ',', quoting=quoting)
-  return [(n, row) for n, row in enumerate(reader, 1) if any(field.strip() for field in row)]
+  # Lines go back with their \n, so a quoted CSV field spanning lines keeps its line break.
+  reader = csv.reader((line + '\n' for line in lines), delimiter='\t' if fmt == 'tsv' else ',',
+                      quoting=quoting)
+  rows = []
+  while True:  # reader.line_num, not a row count: a quoted CSV field may span lines
+    start = reader.line_num + 1
+    try:
+      row = next(reader)
+    except StopIteration:
+      return rows
+    except csv.Error as e:
+      raise DataError(f'{path}:{start}: malformed {fmt.upper()} ({e})') from None
+    if any(field.strip() for field in row):
+      rows.append((start, row))
 
 
 def read_classification(path: str, text_columns, label_column: str, header: bool = True,
@@ -121,9 +177,11 @@ def read_classification(path: str, text_columns, label_column: str, header: bool
         raise DataError(f'{where}: {len(row)} column(s), but column {max(index)} is needed '
                         '(0-based); check the delimiter and data.text_columns')
       values = [row[i] for i in index]
-    texts = tuple('' if v is None else str(v) for v in values[:len(columns)])
-    label = values[len(columns)] if len(values) > len(columns) else None
-    examples.append(TextExample(texts, label.strip() if isinstance(label, str) else label, where))
+    texts = tuple(clean_text(v, where, c) for v, c in zip(values, columns, strict=False))
+    label = None
+    if len(values) > len(columns):
+      label = clean_label(values[len(columns)], where, label_column)
+    examples.append(TextExample(texts, label, where))
   return examples
 
 

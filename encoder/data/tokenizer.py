@@ -60,6 +60,21 @@ class Tokenizer(abc.ABC):
   def encode(self, text: str) -> list[int]:
     return self.encode_batch([text])[0]
 
+  @staticmethod
+  def _encodable(texts: list[str]) -> list[str]:
+    """Texts both backends accept: an unpaired surrogate (from a JSON \\ud800 escape or
+    Python code) becomes U+FFFD instead of a UnicodeEncodeError deep inside the tokenizer."""
+    out = []
+    for text in texts:
+      text = str(text)
+      try:
+        text.encode('utf-8')
+      except UnicodeEncodeError:
+        # Through UTF-16: paired surrogates recombine, unpaired ones decode as U+FFFD.
+        text = text.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace')
+      out.append(text)
+    return out
+
   def tokenize(self, text: str) -> list[str]:
     return [self.id_to_token(i) for i in self.encode(text)]
 
@@ -92,7 +107,7 @@ class SentencePieceTokenizer(Tokenizer):
        for i, p in enumerate(pieces)], bool)
 
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
-    return self.sp.encode(list(texts))
+    return self.sp.encode(self._encodable(texts))
 
   def decode(self, ids: Iterable[int]) -> str:
     # Control pieces decode to '' in sentencepiece; spell them out so inspection shows them.
@@ -149,7 +164,8 @@ class WordPieceTokenizer(Tokenizer):
     self.word_starts = np.array([not t.startswith('##') for t in vocab], bool)
 
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
-    return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+    return [e.ids for e in self.tok.encode_batch(self._encodable(texts),
+                                                 add_special_tokens=False)]
 
   def decode(self, ids: Iterable[int]) -> str:
     return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)

@@ -8,6 +8,8 @@ correlations are no sums: `accuracy` (+ `f1` for two classes, `mcc`); `pearson`,
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -128,20 +130,19 @@ def _read(config, source: str, local: bool, cols) -> tuple[list, list[str] | Non
 def _labels(config, examples, names: list[str] | None, regression: bool) -> np.ndarray:
   values, wheres = [e.label for e in examples], [e.where for e in examples]
   if regression:
-    try:
-      return np.asarray([float(v) for v in values], np.float32)
-    except (TypeError, ValueError):
-      bad = next(i for i, v in enumerate(values) if not _is_float(v))
-      raise DataError(f'{wheres[bad]}: label {values[bad]!r} is not a number '
-                      '(data.num_labels=1 is regression)') from None
+    bad = next((i for i, v in enumerate(values) if not _is_float(v)), None)
+    if bad is not None:
+      raise DataError(f'{wheres[bad]}: label {values[bad]!r} is not a finite number '
+                      '(data.num_labels=1 is regression)')
+    return np.asarray([float(v) for v in values], np.float32)
   return np.asarray(common.label_ids(values, wheres, names), np.int32)
 
 
 def _is_float(v) -> bool:
+  """A finite number: 'nan' or 'inf' as a regression target would poison the loss."""
   try:
-    float(v)
-    return True
-  except (TypeError, ValueError):
+    return math.isfinite(float(v)) and not isinstance(v, bool)
+  except (TypeError, ValueError, OverflowError):
     return False
 
 

@@ -25,7 +25,7 @@ def label_ids(values: list, wheres: list[str], names: list[str]) -> list[int]:
     key = str(value)
     if key in index:
       ids.append(index[key])
-    elif key.lstrip('-').isdigit() and 0 <= int(key) < len(names):
+    elif _is_id(key) and int(key) < len(names):
       ids.append(int(key))
     else:
       shown = ', '.join(names[:20]) + (', ...' if len(names) > 20 else '')
@@ -37,9 +37,14 @@ def label_ids(values: list, wheres: list[str], names: list[str]) -> list[int]:
 def infer_names(values: list) -> list[str]:
   """A label set from the training labels: ids 0..max if all are integers, else sorted names."""
   keys = [str(v) for v in values]
-  if keys and all(k.isdigit() for k in keys):
+  if keys and all(_is_id(k) for k in keys):
     return [str(i) for i in range(max(int(k) for k in keys) + 1)]
   return sorted(set(keys))
+
+
+def _is_id(key: str) -> bool:
+  """ASCII digits only: '²' and '٣' pass str.isdigit but are no label ids."""
+  return key.isascii() and key.isdigit()
 
 
 def given_names(config) -> list[str] | None:

@@ -9,6 +9,8 @@ entity-level `precision`, `recall`, `f1` (micro, conlleval rules) and `f1_<TYPE>
 
 from __future__ import annotations
 
+import logging
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -145,6 +147,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     for i, (s, pos) in enumerate(zip(sentences, positions, strict=True)):
       ids = common.label_ids(s.tags, [s.where] * len(s.tags), names)
       labels[i, pos], weights[i, pos] = ids[:len(pos)], 1.0
+    _report_cut_words(sentences, positions, int(d.max_seq_length))
     return {**arrays, 'labels': labels, 'label_weights': weights}, positions
 
   eval_sets = []
@@ -153,6 +156,19 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     eval_sets.append(finetuning_data.EvalSet(name, sentences, arrays, positions))
   return finetuning_data.FinetuningData(config, tokenizer, encode(train)[0], eval_sets, WEIGHTS,
                                         process_index, process_count, {'labels': names})
+
+
+def _report_cut_words(sentences, positions, max_len: int) -> None:
+  """Says how many labelled words truncation leaves out (not trained on; 'O' in eval, so they
+  still count against recall): labels are never dropped silently."""
+  cut = [(s, len(s.words) - len(pos)) for s, pos in zip(sentences, positions, strict=True)
+         if len(pos) < len(s.words)]
+  if cut:
+    total = sum(len(s.words) for s in sentences)
+    logging.getLogger('encoder').warning(
+        'warning: %d of %d words (in %d sentences, first at %s) lie past data.max_seq_length=%d '
+        "sub-tokens: they are not trained on, and are predicted 'O' in eval",
+        sum(n for _, n in cut), total, len(cut), cut[0][0].where, max_len)
 
 
 def resolve_config(config, data) -> None:

@@ -6,8 +6,15 @@ Layout of `WORKDIR/checkpoints/<step>/` (one Orbax CheckpointManager step):
   data/     the data loader's position (JSON)
 Each item restores with plain Orbax, without this project:
   ocp.StandardCheckpointer().restore('WORKDIR/checkpoints/1000/params')
-Orbax writes a step into a temporary directory and renames it when complete, so a killed save
-never looks like a checkpoint.
+Orbax (0.12) writes a step into `<step>.orbax-checkpoint-tmp`, and renames it to `<step>` only
+after every item is written (and `commit_success.txt` is in it), so a save killed at any point
+never looks like a checkpoint: `all_steps` lists only renamed directories, and leftover
+temporary directories are removed when the next run opens the directory. What the rename
+cannot guard against (files damaged or deleted later, a disk that lied) is handled on restore:
+the newest step that restores in full wins, and newer unreadable ones are moved aside (never
+deleted) to `checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk
+full) raises a CheckpointError naming the step; Orbax deletes old steps only after a save
+committed, so the earlier checkpoints stay.
 """
 
 from __future__ import annotations
@@ -15,14 +22,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from encoder.checkpoint_files import resolve_checkpoint, restore_params
+from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
+from encoder.errors import CheckpointError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger('encoder')
+TRASH = 'deleting'  # checkpoints/deleting/<step>: old steps on their way out
 
 
 class Checkpointer:
@@ -39,20 +50,81 @@ class Checkpointer:
           policies.LatestN(n=keep),
           policies.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
                          keep_checkpoints_without_metrics=False)])}
+    # Leftover temporary directories of killed saves are removed at start: safe, since the
+    # workdir lock (train/workdir_lock.py) rules out another run writing here.
+    # Old steps are renamed into TRASH (atomic) rather than deleted in place: a run killed
+    # while Orbax deletes a step would otherwise leave a half-deleted `<step>` that looks
+    # committed. TRASH is emptied at start and after each committed save.
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=asynchronous,
+                                           cleanup_tmp_directories=True, todelete_subdir=TRASH,
                                            **keeping)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self._empty_trash()
+    self._writing = None  # the step whose asynchronous save may still be in flight
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
   def save(self, step: int, params, train: dict, data_state: dict, force: bool = False,
            metrics: dict | None = None) -> None:
-    """Saves host (numpy) trees; asynchronous: returns once the arrays are copied."""
+    """Saves host (numpy) trees; asynchronous: returns once the arrays are copied.
+
+    A failed write (of this step, or of the previous one, whose error Orbax raises here) is a
+    one-line CheckpointError; the steps committed before it are left as they are."""
     args = ocp.args.Composite(params=ocp.args.StandardSave(params),
                               train=ocp.args.StandardSave(train),
                               data=ocp.args.JsonSave(data_state))
-    self.manager.save(step, args=args, force=force, metrics=metrics)
+    self.wait()
+    self._writing = step
+    try:
+      self.manager.save(step, args=args, force=force, metrics=metrics)
+    except Exception as e:  # noqa: BLE001 - Orbax and the filesystem raise many types
+      raise self._write_error(e) from None
+
+  def _write_error(self, e: Exception) -> CheckpointError:
+    step, self._writing = self._writing, None
+    committed = [s for s in _step_dirs(self.directory) if s != step]
+    kept = f'newest intact checkpoint: step {max(committed)}' if committed else 'none written yet'
+    first = (str(e).strip().splitlines() or [''])[0][:200]
+    return CheckpointError(
+        f'could not write the checkpoint of step {step} in {self.directory} '
+        f'({type(e).__name__}: {first}); {kept}. Free disk space (or fix the directory) and run '
+        'the same command to resume')
+
+  def restore_newest_readable(self, params_like, train_like) -> tuple | None:
+    """(step, params, train, data_state) of the newest step that restores in full, or None
+    when there are no checkpoints. Newer unreadable steps are moved aside with a warning, so
+    the resumed run can write those steps again; if none is readable, CheckpointError and
+    nothing is moved."""
+    failures = []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        restored = self.restore(step, params_like, train_like)
+      except Exception as e:  # noqa: BLE001 - Orbax raises many types for damaged files
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        failures.append((step, reason))
+        log.warning('warning: checkpoint %s is unreadable (%s: %s); trying an older one',
+                    os.path.join(self.directory, str(step)), type(e).__name__, reason)
+        continue
+      self.set_aside([s for s, _ in failures])
+      return (step, *restored)
+    if not failures:
+      return None
+    raise CheckpointError(
+        f'no readable checkpoint in {self.directory} (step {failures[0][0]}: {failures[0][1]}); '
+        'move the directory away to start afresh')
+
+  def set_aside(self, steps: list[int]) -> None:
+    """Moves unreadable steps to `checkpoints_unreadable/<step>-<time>` (kept for a look)."""
+    if not steps:
+      return
+    aside = os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')
+    os.makedirs(aside, exist_ok=True)
+    for step in steps:
+      target = os.path.join(aside, f'{step}-{time.strftime("%Y%m%d-%H%M%S")}')
+      shutil.move(os.path.join(self.directory, str(step)), target)
+      log.warning('warning: moved unreadable checkpoint %s to %s', step, target)
+    self.manager.reload()
 
   def restore(self, step: int, params_like, train_like) -> tuple:
     """(params, train, data_state) at `step`, shaped like the given abstract trees."""
@@ -63,10 +135,27 @@ class Checkpointer:
     return restored['params'], restored['train'], restored['data']
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    """Blocks until the last save committed; CheckpointError if it failed."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - the asynchronous write's error, of any type
+      raise self._write_error(e) from None
+    self._writing = None
+    self._empty_trash()
+
+  def _empty_trash(self) -> None:
+    shutil.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
 
   def close(self) -> None:
+    self.wait()
     self.manager.close()
+
+
+def _step_dirs(directory: str) -> list[int]:
+  """Committed steps on disk (Orbax's own list may be behind after a failed save)."""
+  if not os.path.isdir(directory):
+    return []
+  return [int(n) for n in os.listdir(directory) if n.isdigit()]
 
 
 def find_params_directory(path: str) -> str:
@@ -76,7 +165,7 @@ def find_params_directory(path: str) -> str:
 
 def load_params(path: str) -> dict:
   """The parameters of a checkpoint as numpy, restored on the host."""
-  return restore_params(find_params_directory(path))
+  return restore_newest_params(path)[2]
 
 
 def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:

@@ -46,15 +46,28 @@ class MetricWriter:
 
 
 def _truncate_after(path: str, step: int) -> None:
+  """Keeps the records up to `step`. A run killed mid-write leaves a last line cut short: it is
+  dropped too (its step is past the checkpoint, so it is written again)."""
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    lines = [line for line in f if line.strip()]
-  kept = [line for line in lines if json.loads(line)['step'] <= step]
-  if len(kept) != len(lines):
-    with open(path + '.tmp', 'w') as f:
+  with open(path, encoding='utf-8', errors='replace') as f:
+    lines = f.read().split('\n')
+  kept = [line + '\n' for line in lines
+          if (record_step := _step_of(line)) is not None and record_step <= step]
+  if len(kept) != len([line for line in lines if line.strip()]):
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
       f.writelines(kept)
     os.replace(path + '.tmp', path)
+
+
+def _step_of(line: str) -> int | None:
+  """The step of a complete record line; None for a blank or cut-short one."""
+  try:
+    record = json.loads(line)
+  except ValueError:
+    return None
+  ok = isinstance(record, dict) and isinstance(record.get('step'), int)
+  return record['step'] if ok else None
 
 
 def read_metrics(workdir: str, split: str | None = None) -> list[dict]:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from encoder.train import faults
 from encoder.train.parallel import AXIS
 
 
@@ -48,8 +49,9 @@ def _sum_over_devices(tree, axis_name: str | None):
 
 
 def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
-               axis_name: str | None = AXIS):
-  """One optimizer update; returns the new state and this step's metric sums (over devices)."""
+               axis_name: str | None = AXIS, skip_nonfinite: bool = False):
+  """One optimizer update; returns the new state and this step's metric sums (over devices),
+  with the step's non-finite flag (see `faults`: a non-finite step is skipped when asked)."""
   rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
   if axis_name is not None:  # each pmap device draws its own dropout; jit draws for the batch
     rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
@@ -77,7 +79,8 @@ def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_st
   sums['grad_norm'] = optax.global_norm(grads)  # identical on every device; averaged when logged
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), sums
+  new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+  return faults.guard_step(faults.step_is_finite(sums), new, state, sums, skip_nonfinite)
 
 
 def eval_step(params, batch: dict, *, model, task, axis_name: str | None = AXIS) -> dict:
@@ -93,10 +96,11 @@ def predict_step(params, batch: dict, *, model, task) -> dict:
   return task.predict(outputs, batch)
 
 
-def pmap_steps(model, task, tx, grad_accum_steps: int = 1):
+def pmap_steps(model, task, tx, grad_accum_steps: int = 1, skip_nonfinite: bool = False):
   """The jit-compiled, pmap-ed train step (state donated) and eval step."""
   train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
-                                     grad_accum_steps=grad_accum_steps),
+                                     grad_accum_steps=grad_accum_steps,
+                                     skip_nonfinite=skip_nonfinite),
                    axis_name=AXIS, donate_argnums=(0,))
   evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task), axis_name=AXIS)
   return train, evaluate

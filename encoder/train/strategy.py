@@ -33,8 +33,8 @@ class PmapStrategy:
   def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
     return parallel.per_device_batch_size(global_batch, grad_accum_steps)
 
-  def steps(self, model, task, tx, grad_accum_steps: int):
-    return pmap_steps(model, task, tx, grad_accum_steps)
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
+    return pmap_steps(model, task, tx, grad_accum_steps, skip_nonfinite)
 
   def predict_step(self, model, task):
     return pmap_predict(model, task)
@@ -94,13 +94,14 @@ class MeshStrategy:
   def place_state(self, state, model, dummy_batch: dict):
     return mesh_lib.put_global(state, self.lay_out(state, model, dummy_batch))
 
-  def steps(self, model, task, tx, grad_accum_steps: int):
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
     if self.state_shardings is None:
       raise RuntimeError('MeshStrategy.place_state must run before steps (it fixes the layout)')
     model = mesh_lib.BatchShardedModel(model, self.mesh)
     train = jax.jit(
         functools.partial(train_step, model=model, task=task, tx=tx,
-                          grad_accum_steps=grad_accum_steps, axis_name=None),
+                          grad_accum_steps=grad_accum_steps, axis_name=None,
+                          skip_nonfinite=skip_nonfinite),
         in_shardings=(self.state_shardings, self.batch_sharding),
         out_shardings=(self.state_shardings, self.replicated), donate_argnums=(0,))
     evaluate = jax.jit(

@@ -20,7 +20,7 @@ from encoder.errors import ConfigError
 from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import checkpoint as ckpt_lib
-from encoder.train import distributed
+from encoder.train import distributed, faults, workdir_lock
 from encoder.train.evaluation import BestMarker, Evaluator, resolve_length
 from encoder.train.metric_writer import MetricWriter, Progress
 from encoder.train.optim import learning_rate_schedule, make_optimizer
@@ -34,7 +34,7 @@ log = logging.getLogger('encoder')
 RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
-    'train.stop_at_step', 'init_from', 'train.num_epochs'})
+    'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite'})
 
 
 def setup_logging() -> None:
@@ -125,6 +125,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for change in inherited:
       log.info('From init_from %s: %s', config.init_from, change)
+  with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
+    return _train(config, workdir, task, saved)
+
+
+def _train(config, workdir: str, task, saved: dict | None) -> dict:
+  """The run itself, once the workdir is known to be ours and locked."""
   t = config.train
   strategy = make_strategy(config.parallel)
   per_device = strategy.per_device_batch_size(t.batch_size, t.grad_accum_steps)
@@ -149,11 +155,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
   checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints, best_metric=best.metric)
+  train_like = {'step': state.step, 'opt_state': state.opt_state, 'rng': state.rng}
+  restored = checkpointer.restore_newest_readable(state.params, train_like)
   data_state = None
-  latest = checkpointer.latest_step()
-  if latest is not None:
-    train_like = {'step': state.step, 'opt_state': state.opt_state, 'rng': state.rng}
-    params, train, data_state = checkpointer.restore(latest, state.params, train_like)
+  if restored is not None:
+    latest, params, train, data_state = restored
     state = TrainState(step=train['step'], params=params, opt_state=train['opt_state'],
                        rng=train['rng'])
     log.info('Resuming from checkpoint at step %d in %s', latest, checkpointer.directory)
@@ -169,7 +175,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   rstate = strategy.place_state(state, model, task.dummy_batch(config))
   del state, params
-  train_step, eval_step = strategy.steps(model, task, tx, t.grad_accum_steps)
+  skip_nonfinite = bool(t.get('skip_nonfinite', False))
+  train_step, eval_step = strategy.steps(model, task, tx, t.grad_accum_steps, skip_nonfinite)
+  monitor = faults.NonfiniteMonitor(skip_nonfinite)
   schedule = learning_rate_schedule(t)
   writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
   progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
@@ -183,34 +191,43 @@ def train_and_evaluate(config, workdir: str) -> dict:
                       {'step': host.step, 'opt_state': host.opt_state, 'rng': host.rng},
                       train_iter.state(), force=True, metrics=metrics)
 
-  window, eval_metrics = [], {}
+  window, eval_metrics, skipped, failure = [], {}, 0, None
   step = start
   with _StopRequest() as stop:
     while step < t.num_steps:
       rstate, sums = train_step(rstate, strategy.place_batch(next(train_iter)))
-      window.append(sums)
       step += 1
+      monitor.add(step, sums)
+      window.append(sums)
       last = step == t.num_steps
       progress.update(step)
-      if step % t.log_every == 0 or last:
-        metrics = _reduce_window(task, window, strategy.sum_metrics)
+      if step == t.stop_at_step and not stop.signal:
+        stop.signal = f'train.stop_at_step={step}'
+      logged, evaluated = step % t.log_every == 0 or last, step % t.eval_every == 0 or last
+      # Read once (a later signal is handled next step), and agreed by every host.
+      stopping = distributed.agreed_stop(stop.signal, logged or step == t.stop_at_step)
+      if logged or evaluated or stopping or step % t.checkpoint_every == 0:
+        try:  # a sync point: nothing poisoned is logged, evaluated or saved past here
+          skipped += monitor.check()
+        except faults.NonFiniteError as e:
+          failure = e
+          break
+      if logged:
+        metrics = _reduce_window(task, window, strategy.sum_metrics, skipped)
+        if skip_nonfinite:
+          metrics['skipped_steps'] = skipped
         steps_per_sec, examples_per_sec = progress.rates(step)
         metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
                        examples_per_sec=examples_per_sec)
         writer.write(step, 'train', metrics)
         progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
                         examples_per_sec=examples_per_sec)
-        window = []
-      evaluated = step % t.eval_every == 0 or last
+        window, skipped = [], 0
       if evaluated:
         eval_metrics = evaluate(rstate, step)
         writer.write(step, 'eval', eval_metrics)
         progress.write(f'step {step} eval: ' + ', '.join(
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
-      if step == t.stop_at_step and not stop.signal:
-        stop.signal = f'train.stop_at_step={step}'
-      stopping = distributed.agreed_stop(
-          stop.signal, step % t.log_every == 0 or last or step == t.stop_at_step)
       improved = evaluated and best.improves(eval_metrics)
       if step % t.checkpoint_every == 0 or last or stopping or improved:
         save(rstate, step, best.checkpoint_metrics(eval_metrics) if evaluated else None)
@@ -221,17 +238,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
                        'same command to resume.')
         break
   train_iter.close()
-  checkpointer.wait()
-  checkpointer.close()
+  checkpointer.close()  # waits for the last save: the last good state is on disk
   progress.close()
   writer.close()
+  if failure is not None:
+    raise failure
   return eval_metrics
 
 
-def _reduce_window(task, window: list, sum_metrics) -> dict:
-  """Fetches a log window's metric sums from the devices (the only host sync) and reduces them."""
+def _reduce_window(task, window: list, sum_metrics, skipped: int = 0) -> dict:
+  """Fetches a log window's metric sums from the devices (the only host sync) and reduces them.
+  Skipped steps (train.skip_nonfinite) added zeros, so they count in no mean."""
   total = sum_metrics(window)
-  grad_norm = total.pop('grad_norm') / len(window)
+  grad_norm = total.pop('grad_norm') / max(len(window) - skipped, 1)
   metrics = task.reduce_metrics(total)
   metrics['grad_norm'] = float(grad_norm)
   return metrics

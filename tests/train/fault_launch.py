@@ -1,0 +1,141 @@
+"""`python fault_launch.py KIND:STEP ARGS...`: launch.py ARGS, SIGKILLed at one point of the run.
+
+The kill points are the moments a real crash can hit that a timer would rarely land on:
+  dispatched:N  right after step N is dispatched, its computation still running (inside a step)
+  stepped:N     after step N's result is ready, before anything is logged (between steps)
+  none:0        no kill (the test kills it from outside at a random time)
+  metrics:N     halfway through writing step N's first metrics.jsonl line
+  eval:N        during the evaluation at step N
+  writing:N     inside the asynchronous checkpoint write of step N (arrays half written)
+  commit:N      checkpoint N fully written to its temporary directory, not yet renamed
+  committed:N   right after checkpoint N's rename, before Orbax's bookkeeping and cleanup
+  deleting:N    while old step N is removed (keep_checkpoints), some of its files gone
+Test code only: the patches wrap internals of the trainer and of Orbax 0.12.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def die() -> None:
+  sys.stderr.flush()
+  os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(kind: str, at: int) -> None:
+  import jax
+  from orbax.checkpoint._src.path import atomicity
+  from orbax.checkpoint._src.serialization import type_handlers
+
+  from encoder.train import checkpoint, metric_writer, trainer
+
+  saving = {'step': None}
+  original_save = checkpoint.Checkpointer.save
+
+  def save(self, step, *args, **kwargs):
+    saving['step'] = step
+    return original_save(self, step, *args, **kwargs)
+
+  checkpoint.Checkpointer.save = save
+
+  count = {'n': 0}  # the global step: the resumed step, then one per train step
+  original_progress = trainer.Progress.__init__
+
+  def progress(self, start, *args, **kwargs):
+    count['n'] = start
+    return original_progress(self, start, *args, **kwargs)
+
+  trainer.Progress.__init__ = progress
+  original_steps = trainer.pmap_steps
+
+  def pmap_steps(*args, **kwargs):
+    train, evaluate = original_steps(*args, **kwargs)
+
+    def step(state, batch):
+      out = train(state, batch)
+      count['n'] += 1
+      if count['n'] == at and kind == 'dispatched':
+        die()
+      if count['n'] == at and kind == 'stepped':
+        jax.block_until_ready(out)
+        die()
+      return out
+    return step, evaluate
+
+  trainer.pmap_steps = pmap_steps
+
+  original_write = metric_writer.MetricWriter.write
+
+  def write(self, step, split, metrics):
+    if kind == 'metrics' and step == at:
+      with open(self.path, 'a') as f:
+        f.write(json.dumps({'step': step, 'split': split, 'loss': 1.0})[:24])
+      die()
+    return original_write(self, step, split, metrics)
+
+  metric_writer.MetricWriter.write = write
+
+  original_eval = trainer.Evaluator.__call__
+
+  def evaluate(self, rstate, step):
+    if kind == 'eval' and step == at:
+      jax.block_until_ready(self.eval_step(rstate.params, self.batches[0]))
+      die()
+    return original_eval(self, rstate, step)
+
+  trainer.Evaluator.__call__ = evaluate
+
+  original_array_write = type_handlers.NumpyHandler._open_and_write
+
+  async def array_write(self, *args, **kwargs):
+    if kind == 'writing' and saving['step'] == at:
+      await asyncio.sleep(0.01)
+      die()
+    return await original_array_write(self, *args, **kwargs)
+
+  type_handlers.NumpyHandler._open_and_write = array_write
+
+  original_rename = atomicity.async_path.rename
+
+  async def rename(src, dst, *args, **kwargs):
+    final = os.path.basename(str(dst)) == str(at)
+    if final and kind == 'commit':
+      die()
+    result = await original_rename(src, dst, *args, **kwargs)
+    if final and kind == 'committed':
+      die()
+    return result
+
+  atomicity.async_path.rename = rename
+
+  from orbax.checkpoint._src.path import deleter
+  original_delete = deleter.StandardCheckpointDeleter.delete
+
+  def delete(self, step):
+    result = original_delete(self, step)
+    if kind == 'deleting' and step == at:  # moved out of the way, now half removed
+      for root, _, names in os.walk(os.path.join(str(self._directory), checkpoint.TRASH)):
+        for name in names[:1]:
+          os.remove(os.path.join(root, name))
+      die()
+    return result
+
+  deleter.StandardCheckpointDeleter.delete = delete
+
+
+def main() -> None:
+  kind, _, at = sys.argv[1].partition(':')
+  sys.path.insert(0, ROOT)
+  sys.argv = [os.path.join(ROOT, 'launch.py'), *sys.argv[2:]]
+  install(kind, int(at))
+  import launch
+  launch.main()
+
+
+if __name__ == '__main__':
+  main()
