@@ -42,7 +42,6 @@ def base_config() -> config_dict.ConfigDict:
   m.dropout_rate = 0.1
   m.attention_dropout_rate = 0.1
   m.initializer_range = 0.02
-  m.position_init = 'normal'  # normal (BERT) | sinusoidal (learned table, sinusoid start)
   m.layer_norm_eps = 1e-12
 
   c.data = d = config_dict.ConfigDict()

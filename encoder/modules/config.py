@@ -20,7 +20,6 @@ ATTENTION_KINDS = ('bidirectional', 'causal')
 NORMS = ('post', 'pre')
 ACTIVATIONS = ('gelu', 'gelu_tanh', 'geglu')
 DTYPES = ('float32', 'bfloat16')
-POSITION_INITS = ('normal', 'sinusoidal')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,15 +39,13 @@ class ModelConfig:
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   initializer_range: float = 0.02
-  position_init: str = 'normal'
   layer_norm_eps: float = 1e-12
 
   def __post_init__(self):
     for name, value, allowed in (('attention', self.attention, ATTENTION_KINDS),
                                  ('norm', self.norm, NORMS),
                                  ('activation', self.activation, ACTIVATIONS),
-                                 ('dtype', self.dtype, DTYPES),
-                                 ('position_init', self.position_init, POSITION_INITS)):
+                                 ('dtype', self.dtype, DTYPES)):
       if value not in allowed:
         raise ConfigError(f"model.{name}='{value}' is not one of {', '.join(allowed)}")
     if self.hidden_size % self.num_heads:

@@ -110,26 +110,6 @@ def test_parameters_have_logical_axis_names_and_bert_init():
   np.testing.assert_array_equal(params['layer_0']['attention_norm']['scale'], 1.0)
 
 
-def test_sinusoidal_position_start_is_a_shift_invariant_learned_table():
-  """The sinusoid start: sin/cos pairs (checked against math.sin/cos), scaled to the normal
-  start's size, and a dot product between positions that depends on their distance only."""
-  import math
-
-  import flax.linen as nn
-  _, variables = init_encoder(tiny_config(position_init='sinusoidal', hidden_size=32))
-  table = np.asarray(nn.unbox(variables)['params']['embeddings']['position_embeddings']
-                     ['embedding'])
-  scale = 0.02 * math.sqrt(2)
-  for pos, i in ((0, 0), (7, 3), (13, 10)):
-    rate = 10000 ** (-2 * i / 32)
-    np.testing.assert_allclose(table[pos, 2 * i], scale * math.sin(pos * rate), atol=1e-6)
-    np.testing.assert_allclose(table[pos, 2 * i + 1], scale * math.cos(pos * rate), atol=1e-6)
-  gram = table @ table.T
-  np.testing.assert_allclose(gram[3, 4], gram[10, 11], rtol=1e-4)
-  with pytest.raises(Exception, match='position_init'):
-    tiny_config(position_init='rotary')
-
-
 def test_pre_ln_adds_a_final_norm_and_sequence_limit_is_enforced():
   _, variables = init_encoder(tiny_config(norm='pre'))
   assert 'final_norm' in variables['params']
