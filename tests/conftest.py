@@ -3,6 +3,7 @@
 The flag must be set before JAX is first imported, hence here at collection time.
 """
 
+import logging
 import os
 import sys
 
@@ -25,3 +26,14 @@ def corpus(tmp_path_factory) -> str:
 def cache_dir(tmp_path_factory) -> str:
   """One data cache for the session, so each smoke run does not retokenize the corpus."""
   return str(tmp_path_factory.mktemp('cache'))
+
+
+@pytest.fixture
+def encoder_log(caplog):
+  """caplog for the 'encoder' logger: once a run has set it up it no longer propagates to the
+  root logger, where caplog listens, so the handler goes on the logger itself."""
+  logger = logging.getLogger('encoder')
+  logger.addHandler(caplog.handler)
+  caplog.set_level(logging.INFO, logger='encoder')
+  yield caplog
+  logger.removeHandler(caplog.handler)

@@ -68,15 +68,14 @@ def restore_like():
 
 
 @pytest.mark.parametrize('damage', DAMAGE, ids=lambda f: f.__name__)
-def test_resume_falls_back_to_the_newest_readable_checkpoint(tmp_path, damage, caplog):
+def test_resume_falls_back_to_the_newest_readable_checkpoint(tmp_path, damage, encoder_log):
   save_steps(tmp_path).close()
   damage(str(tmp_path / 'checkpoints' / '3'))
   checkpointer = Checkpointer(str(tmp_path), 5)
-  with caplog.at_level(logging.WARNING, logger='encoder'):
-    step, params, train, data = checkpointer.restore_newest_readable(*restore_like())
+  step, params, train, data = checkpointer.restore_newest_readable(*restore_like())
   assert (step, int(train['step']), data) == (2, 2, {'step': 2})
   np.testing.assert_array_equal(params['encoder']['w'], PARAMS['encoder']['w'] + 2)
-  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  warnings = [r.getMessage() for r in encoder_log.records if r.levelno == logging.WARNING]
   assert any('checkpoints/3 is unreadable' in w for w in warnings), warnings
   assert all('\n' not in w for w in warnings)
   # The damaged step is moved aside, never deleted; the readable ones stay where they were.
@@ -99,14 +98,13 @@ def test_nothing_readable_is_one_line_and_moves_nothing(tmp_path):
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1', '2']
 
 
-def test_load_skips_an_unreadable_newest_step_and_says_so(tmp_path, caplog):
+def test_load_skips_an_unreadable_newest_step_and_says_so(tmp_path, encoder_log):
   save_steps(tmp_path).close()
   truncate_arrays(str(tmp_path / 'checkpoints' / '3'))
-  with caplog.at_level(logging.WARNING, logger='encoder'):
-    _, params_dir, params = checkpoint_files.restore_newest_params(str(tmp_path))
+  _, params_dir, params = checkpoint_files.restore_newest_params(str(tmp_path))
   assert params_dir.endswith('checkpoints/2/params')
   np.testing.assert_array_equal(params['encoder']['w'], PARAMS['encoder']['w'] + 2)
-  assert any('checkpoints/3/params' in r.getMessage() for r in caplog.records)
+  assert any('checkpoints/3/params' in r.getMessage() for r in encoder_log.records)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1', '2', '3']  # load moves nothing
   for step in ('1', '2'):
     delete_train_item(str(tmp_path / 'checkpoints' / step))  # params alone suffice for load
@@ -235,7 +233,7 @@ def test_a_second_run_on_a_workdir_is_refused(tmp_path):
     pass
 
 
-def test_a_lock_held_by_another_process_refuses_until_it_dies(tmp_path, caplog):
+def test_a_lock_held_by_another_process_refuses_until_it_dies(tmp_path, encoder_log):
   holder = subprocess.Popen(
       [sys.executable, '-c', 'import sys, time\n'
        f'sys.path.insert(0, {ROOT!r})\n'
@@ -251,11 +249,10 @@ def test_a_lock_held_by_another_process_refuses_until_it_dies(tmp_path, caplog):
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-  with caplog.at_level(logging.WARNING, logger='encoder'):
-    with workdir_lock.hold(str(tmp_path)):
-      pass
+  with workdir_lock.hold(str(tmp_path)):
+    pass
   assert any(f'stale lock of a run that died (pid {holder.pid}' in r.getMessage()
-             for r in caplog.records)
+             for r in encoder_log.records)
 
 
 def test_old_steps_leave_through_a_rename_so_no_half_deleted_step_remains(tmp_path):

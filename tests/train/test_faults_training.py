@@ -2,7 +2,6 @@
 a full disk. Each run is compared with an uninterrupted one where it resumes."""
 
 import asyncio
-import logging
 import math
 import os
 import sys
@@ -92,15 +91,6 @@ def test_skipped_steps_leave_params_and_optimizer_state_untouched(tmp_path, corp
     assert jax.tree.all(jax.tree.map(np.array_equal, before, after)), item
   changed = jax.tree.map(np.array_equal, restored(workdir, 3), restored(workdir, 4))
   assert not all(jax.tree.leaves(changed))
-
-
-@pytest.fixture
-def encoder_log(caplog):
-  """caplog for the 'encoder' logger, which does not propagate to the root logger."""
-  logger = logging.getLogger('encoder')
-  logger.addHandler(caplog.handler)
-  yield caplog
-  logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture(scope='module')
