@@ -32,7 +32,7 @@ def install(kind: str, at: int) -> None:
   from orbax.checkpoint._src.path import atomicity
   from orbax.checkpoint._src.serialization import type_handlers
 
-  from encoder.train import checkpoint, metric_writer, trainer
+  from encoder.train import checkpoint, metric_writer, strategy, trainer
 
   saving = {'step': None}
   original_save = checkpoint.Checkpointer.save
@@ -51,10 +51,10 @@ def install(kind: str, at: int) -> None:
     return original_progress(self, start, *args, **kwargs)
 
   trainer.Progress.__init__ = progress
-  original_steps = trainer.pmap_steps
+  original_steps = strategy.PmapStrategy.steps
 
-  def pmap_steps(*args, **kwargs):
-    train, evaluate = original_steps(*args, **kwargs)
+  def steps(self, *args, **kwargs):
+    train, evaluate = original_steps(self, *args, **kwargs)
 
     def step(state, batch):
       out = train(state, batch)
@@ -67,7 +67,7 @@ def install(kind: str, at: int) -> None:
       return out
     return step, evaluate
 
-  trainer.pmap_steps = pmap_steps
+  strategy.PmapStrategy.steps = steps
 
   original_write = metric_writer.MetricWriter.write
 
