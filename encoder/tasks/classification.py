@@ -53,11 +53,8 @@ def build_model(config) -> BertForClassification:
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
-  seq = config.data.max_seq_length
   regression = num_labels(config) == 1
-  return {'input_ids': jnp.zeros((batch_size, seq), jnp.int32),
-          'segment_ids': jnp.zeros((batch_size, seq), jnp.int32),
-          'input_mask': jnp.ones((batch_size, seq), jnp.int32),
+  return {**common.dummy_inputs(config, batch_size),
           'label': jnp.zeros((batch_size,), jnp.float32 if regression else jnp.int32),
           'weight': jnp.ones((batch_size,), jnp.float32)}
 

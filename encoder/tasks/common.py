@@ -1,4 +1,4 @@
-"""What classification and tagging share: vocabulary resolution, label sets, eval-set names."""
+"""What the fine-tuning tasks share: vocabulary, label sets, eval-set names, dummy inputs."""
 
 from __future__ import annotations
 
@@ -87,3 +87,11 @@ def eval_slices(data, num_predictions: int):
       return
     yield s, offset, n
     offset += n
+
+
+def dummy_inputs(config, batch_size: int) -> dict:
+  """The encoder's three input fields at the configured length: the shapes `init` traces."""
+  import jax.numpy as jnp
+  shape = (batch_size, config.data.max_seq_length)
+  return {'input_ids': jnp.zeros(shape, jnp.int32), 'segment_ids': jnp.zeros(shape, jnp.int32),
+          'input_mask': jnp.ones(shape, jnp.int32)}

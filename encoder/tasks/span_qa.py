@@ -54,9 +54,7 @@ def build_model(config) -> BertForQuestionAnswering:
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
-  shape = (batch_size, config.data.max_seq_length)
-  return {'input_ids': jnp.zeros(shape, jnp.int32), 'segment_ids': jnp.zeros(shape, jnp.int32),
-          'input_mask': jnp.ones(shape, jnp.int32),
+  return {**common.dummy_inputs(config, batch_size),
           'start_positions': jnp.zeros((batch_size,), jnp.int32),
           'end_positions': jnp.zeros((batch_size,), jnp.int32),
           'weight': jnp.ones((batch_size,), jnp.float32)}

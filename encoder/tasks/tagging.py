@@ -54,8 +54,7 @@ def build_model(config) -> BertForTagging:
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
   shape = (batch_size, config.data.max_seq_length)
-  return {'input_ids': jnp.zeros(shape, jnp.int32), 'segment_ids': jnp.zeros(shape, jnp.int32),
-          'input_mask': jnp.ones(shape, jnp.int32), 'labels': jnp.zeros(shape, jnp.int32),
+  return {**common.dummy_inputs(config, batch_size), 'labels': jnp.zeros(shape, jnp.int32),
           'label_weights': jnp.zeros(shape, jnp.float32)}
 
 
