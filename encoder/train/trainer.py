@@ -133,7 +133,7 @@ def _train(config, workdir: str, task, saved: dict | None) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
   t = config.train
   strategy = make_strategy(config.parallel)
-  per_device = strategy.per_device_batch_size(t.batch_size, t.grad_accum_steps)
+  strategy.per_device_batch_size(t.batch_size, t.grad_accum_steps)  # fails early if indivisible
   is_main = distributed.is_main_process()
 
   data = distributed.main_process_first(
@@ -166,9 +166,7 @@ def _train(config, workdir: str, task, saved: dict | None) -> dict:
   start = int(state.step)
 
   num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
-  log.info('%d device(s) on %d host(s): global batch %d = %d per device x %d devices; '
-           '%s parameters; %d steps', jax.device_count(), jax.process_count(), t.batch_size,
-           per_device, jax.device_count(), f'{num_params:,}', t.num_steps)
+  log.info('%s parameters; %d steps', f'{num_params:,}', t.num_steps)
   log.info('%s', distributed.describe_layout(t.batch_size, strategy.name, strategy.mesh_shape))
   for split, stats in getattr(data, 'stats', {}).items():
     log.info('data %s: %s', split, stats)
