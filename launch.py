@@ -67,7 +67,9 @@ def run(argv: list[str]) -> int:
   if args.sweep:
     from encoder import sweep
     experiment = configs.experiment_module(args.exp)
-    axes = [axis for spec in args.sweep for axis in sweep.parse_sweep(spec, config, experiment)]
+    user_keys = frozenset(o.partition('=')[0] for o in overrides)
+    axes = [axis for spec in args.sweep
+            for axis in sweep.parse_sweep(spec, config, experiment, user_keys)]
     sweep_dir = args.workdir or os.path.join('runs', 'sweeps', sweep.sweep_dir_name(args))
     sweep.run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
     return 0

@@ -9,8 +9,9 @@ the numbers are the step alone (the data loader has its own benchmark).
 
 MFU is model FLOPs per second over a matmul ceiling measured in the same run: a jitted
 [batch*seq, hidden] x [hidden, 4*hidden] product (the FFN's shape, or `--ceiling_shape`) in
-the compute dtype, timed in every round next to the steps, since on a shared machine the
-ceiling moves with the load (the best of five products per round, the median over rounds).
+the compute dtype, through the model's own `matmul` (bfloat16 accumulates in float32), timed
+in every round next to the steps, since on a shared machine the ceiling moves with the load
+(the best of five products per round, the median over rounds).
 Model FLOPs per step, as in PaLM's appendix B (forward + backward = 3 x forward):
 
   6 * N * B * T  +  12 * L * d * B * T^2  +  6 * (d*V + d^2) * B * P
@@ -44,6 +45,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from encoder import configs  # noqa: E402
+from encoder.modules import matmul  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
 from encoder.train import parallel  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
@@ -93,7 +95,7 @@ class Ceiling:
     self.x = jax.random.normal(key, (m, k), dtype)
     self.w = jax.random.normal(key, (k, n), dtype)
     self.flops = 2 * m * k * n
-    self.fn = jax.jit(lambda x, w: x @ w)
+    self.fn = jax.jit(matmul.matmul)  # the model's own product (float32 accumulation)
     self.fn(self.x, self.w).block_until_ready()
 
   def measure(self, repeats: int = 5) -> float:

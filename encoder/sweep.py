@@ -26,13 +26,19 @@ log = logging.getLogger('encoder')
 STATUS_FILE = 'run_status.json'
 
 
-def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment) -> list[tuple[str, list]]:
-  """`KEY=V1,V2` -> [(KEY, [typed values])]; a bare NAME -> the experiment's named sweep."""
+def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment,
+                user_keys: frozenset = frozenset()) -> list[tuple[str, list]]:
+  """`KEY=V1,V2` -> [(KEY, [typed values])]; a bare NAME -> the experiment's named sweep.
+
+  A named sweep may fix settings for all its runs (a key with one value, e.g. its step budget);
+  a key the user set with `--config.KEY=...` keeps the user's value instead.
+  """
   if '=' not in spec:
     named = getattr(experiment, 'get_sweep', None)
     if named is None:
       raise ConfigError(f"--sweep {spec}: expected KEY=V1,V2 (the experiment names no sweeps)")
-    return [(key, [str(v) for v in values]) for key, values in named(spec)]
+    return [(key, [str(v) for v in values]) for key, values in named(spec)
+            if not (len(values) == 1 and key in user_keys)]
   key, _, values = spec.partition('=')
   items = [v.strip() for v in values.split(',')]
   if not values.strip() or any(not v for v in items):
@@ -52,35 +58,50 @@ def expand(axes: list[tuple[str, list]], config: config_dict.ConfigDict) -> list
   return runs
 
 
-def run_name(overrides: list[str]) -> str:
+def run_name(overrides: list[str], fixed: frozenset = frozenset()) -> str:
   """`model.attention=causal` + `data.nsp=false` -> `attention=causal,nsp=false`: readable and
-  safe as a directory name."""
+  safe as a directory name. Keys in `fixed` (one value across the whole grid) are left out: they
+  tell the runs of one sweep nothing apart, and the report lists them with each run."""
   parts = []
   for item in overrides:
     key, _, value = item.partition('=')
-    parts.append(f"{key.split('.')[-1]}={value}")
+    if key not in fixed:
+      parts.append(f"{key.split('.')[-1]}={value}")
   return re.sub(r'[^A-Za-z0-9_.,=+-]', '_', ','.join(parts)) or 'default'
+
+
+def fixed_keys(axes: list[tuple[str, list]]) -> frozenset:
+  """Keys with a single value, when others vary: settings shared by every run of the grid."""
+  single = frozenset(key for key, values in axes if len(values) == 1)
+  return single if len(single) < len(axes) else frozenset()
 
 
 def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
               dry_run: bool = False) -> list[dict]:
   """Runs (or lists) the grid; returns one status record per run."""
   grid = expand(axes, config)
-  names = [run_name(o) for o in grid]
+  fixed = fixed_keys(axes)
+  names = [run_name(o, fixed) for o in grid]
   if dry_run:
     for name, overrides in zip(names, grid, strict=True):
       print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")
     return []
-  from encoder.train.trainer import train_and_evaluate
-  os.makedirs(sweep_dir, exist_ok=True)
-  for name, overrides in zip(names, grid, strict=True):
-    workdir = os.path.join(sweep_dir, name)
-    status = read_status(workdir)
-    if status.get('status') == 'done':
-      log.info('sweep: %s finished already, skipped', name)
-      continue
+  from encoder.sweep_report import collect, write_report
+  from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
+  setup_logging()
+  run_configs = []
+  for name, overrides in zip(names, grid, strict=True):  # all refused before any run starts
     run_config = copy.deepcopy(config)
     configs.apply_overrides(run_config, overrides)
+    check_workdir(run_config, os.path.join(sweep_dir, name))
+    run_configs.append(run_config)
+  os.makedirs(sweep_dir, exist_ok=True)
+  for name, overrides, run_config in zip(names, grid, run_configs, strict=True):
+    workdir = os.path.join(sweep_dir, name)
+    status = read_status(workdir)
+    if status.get('status') == 'done' and _last_step(workdir) >= run_config.train.num_steps:
+      log.info('sweep: %s finished already, skipped', name)
+      continue
     log.info('sweep: %s (%s)', name, ' '.join(overrides))
     start = time.time()
     record = {'name': name, 'overrides': overrides, 'experiment': spec}
@@ -95,12 +116,11 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
       log.error('sweep: %s failed\n%s', name, traceback.format_exc())
     record['wall_clock_s'] = round(status.get('wall_clock_s', 0) + time.time() - start, 1)
     write_status(workdir, record)
-    from encoder.sweep_report import write_report
     write_report(sweep_dir)
     if record['status'] == 'interrupted':
       log.info('sweep stopped during %s; run the same command to resume', name)
       break
-  from encoder.sweep_report import collect
+  write_report(sweep_dir)  # also when every run was finished already
   return collect(sweep_dir)
 
 

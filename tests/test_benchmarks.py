@@ -61,3 +61,12 @@ def test_dtype_loss_prints_json_line(capsys):
   [line] = _json_lines(capsys.readouterr().out)
   assert line['steps'] == 2 and line['final_loss_float32'] > 0
   assert isinstance(line['within_tolerance'], bool)
+
+
+def test_xla_flags_runs_each_flag_set_in_its_own_process(capsys):
+  # A flag set that XLA rejects fails its process; it is reported, and the others still run.
+  _script('xla_flags').main(TOY + ['--steps', '1', '--only', 'vector512',
+                                   '--flags', 'broken=--xla_cpu_no_such_flag=1'])
+  lines = _json_lines(capsys.readouterr().out)
+  assert [line['flags'] for line in lines] == ['default', 'vector512']
+  assert lines[0]['ratio'] == 1.0 and lines[1]['seq_per_s'] > 0

@@ -33,10 +33,24 @@ def test_grid_is_the_cross_product_with_readable_names():
 def test_named_sweeps_come_from_the_experiment():
   config = configs.load_experiment('mlm_nsp_tiny')
   module = configs.experiment_module('mlm_nsp_tiny')
-  assert sweep.parse_sweep('attention', config, module) == [
-      ('model.attention', ['bidirectional', 'causal'])]
+  axes = sweep.parse_sweep('attention', config, module)
+  assert axes == [('model.attention', ['bidirectional', 'causal']), ('data.nsp', ['false']),
+                  ('train.num_steps', ['4000'])]
+  grid = sweep.expand(axes, config)
+  # The fixed settings reach every run but do not name it.
+  assert grid[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000']
+  assert [sweep.run_name(o, sweep.fixed_keys(axes)) for o in grid] == [
+      'attention=bidirectional', 'attention=causal']
+  # A key the user set on the command line keeps the user's value.
+  assert sweep.parse_sweep('attention', config, module, frozenset({'train.num_steps'})) == axes[:2]
   with pytest.raises(ConfigError, match="unknown sweep 'nope'"):
     sweep.parse_sweep('nope', config, module)
+
+
+def test_single_valued_axes_name_runs_only_when_nothing_varies():
+  assert sweep.fixed_keys([('a.b', ['1']), ('a.c', ['1', '2'])]) == {'a.b'}
+  assert sweep.fixed_keys([('a.b', ['1'])]) == frozenset()
+  assert sweep.run_name(['a.b=1'], sweep.fixed_keys([('a.b', ['1'])])) == 'b=1'
 
 
 @pytest.mark.parametrize('spec, message', [
@@ -83,3 +97,18 @@ def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
   assert len(write_report(sweep_dir)) == 2 and os.path.exists(os.path.join(sweep_dir, 'sweep.md'))
   status = json.load(open(os.path.join(sweep_dir, 'num_heads=2', 'run_status.json')))
   assert status['overrides'] == ['model.num_heads=2']
+
+  # A longer budget resumes a finished run instead of skipping it.
+  records = {r['name']: r for r in sweep.run_sweep(
+      'mlm_nsp_tiny:smoke', smoke_config(corpus, cache_dir, 'train.num_steps=3'), axes, sweep_dir)}
+  assert records['num_heads=2']['status'] == 'done' and records['num_heads=2']['steps'] == 3
+  mtime = os.stat(finished).st_mtime_ns
+
+  # A finished run with other settings is never taken for this one, nor overwritten: the
+  # sweep is refused before anything runs.
+  with pytest.raises(ConfigError, match=r"num_heads=2' belongs to a different run \(data.nsp"):
+    sweep.run_sweep('mlm_nsp_tiny:smoke',
+                    smoke_config(corpus, cache_dir, 'train.num_steps=3', 'data.nsp=false'),
+                    axes, sweep_dir)
+  assert os.stat(finished).st_mtime_ns == mtime
+  assert json.load(open(os.path.join(sweep_dir, 'num_heads=2', 'config.json')))['data']['nsp']

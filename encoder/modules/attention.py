@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.modules import matmul
 from encoder.modules.common import compute_dtype, kernel_init, zeros_init
 from encoder.modules.config import ModelConfig
 
@@ -74,7 +75,7 @@ class SelfAttention(nn.Module):
     params = [_Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
     kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [m, 3, h, d]
     bias = jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
-    qkv = jnp.einsum('bsm,mthd->bsthd', x.astype(dtype), kernel) + bias
+    qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ()))) + bias
     mask = attention_mask(input_mask, cfg.attention)
     dropout_active = not deterministic and cfg.attention_dropout_rate > 0
     probs = None
@@ -91,5 +92,5 @@ class SelfAttention(nn.Module):
     out = nn.DenseGeneral(
         cfg.hidden_size, axis=(-2, -1), dtype=dtype, name='out',
         kernel_init=kernel_init(cfg, ('heads', 'kv', 'embed')),
-        bias_init=zeros_init(('embed',)))(context)
+        bias_init=zeros_init(('embed',)), dot_general=matmul.dot_general)(context)
     return out, probs

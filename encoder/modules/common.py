@@ -10,6 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.modules import matmul
 from encoder.modules.config import ModelConfig
 
 
@@ -30,7 +31,7 @@ def compute_dtype(config: ModelConfig) -> jnp.dtype:
 def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
   """A Dense with bias in the compute dtype; float32 params."""
   return nn.Dense(features, dtype=compute_dtype(config), kernel_init=kernel_init(config, axes),
-                  bias_init=zeros_init(axes[-1:]), name=name)
+                  bias_init=zeros_init(axes[-1:]), dot_general=matmul.dot_general, name=name)
 
 
 def layer_norm(config: ModelConfig, name: str) -> nn.LayerNorm:

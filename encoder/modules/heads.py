@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.modules import matmul
 from encoder.modules.common import activation, compute_dtype, dense, layer_norm, zeros_init
 from encoder.modules.config import ModelConfig
 
@@ -35,7 +36,7 @@ class MlmHead(nn.Module):
     h = layer_norm(cfg, 'transform_norm')(h)
     bias = self.param('output_bias', zeros_init(('vocab',)), (cfg.vocab_size,), jnp.float32)
     dtype = compute_dtype(cfg)
-    logits = jnp.einsum('...h,vh->...v', h.astype(dtype), embedding_table.astype(dtype))
+    logits = matmul.matmul(h.astype(dtype), embedding_table.astype(dtype).T)
     return logits.astype(jnp.float32) + bias
 
 
