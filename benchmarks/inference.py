@@ -12,7 +12,6 @@ one JSON object per configuration per line, then a table.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -26,6 +25,7 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.cli import print_machine, shape_parser  # noqa: E402
 from encoder.inference import Model  # noqa: E402
 from encoder.modules.config import model_config  # noqa: E402
 from encoder.modules.transformer import Encoder  # noqa: E402
@@ -104,13 +104,7 @@ def measure(size: str, args) -> dict:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--sizes', default='mini,base')
-  parser.add_argument('--seq', type=int, default=128)
-  parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
-  parser.add_argument('--vocab', type=int, default=30522)
-  parser.add_argument('--rounds', type=int, default=5)
+  parser = shape_parser(__doc__, sizes='mini,base', rounds=5)
   parser.add_argument('--calls', type=int, default=3, help='encode calls per round and side')
   parser.add_argument('--compare', choices=('none', 'torch'), default='torch')
   args = parser.parse_args(argv)
@@ -121,8 +115,7 @@ def main(argv=None):
     except ImportError:
       print('torch/transformers not importable: comparison skipped', file=sys.stderr)
       args.compare = 'none'
-  print(f'# devices: {jax.local_device_count()} x {jax.devices()[0].device_kind}; '
-        f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs', flush=True)
+  print_machine()
   results = []
   for size in args.sizes.split(','):
     results.append(measure(size, args))

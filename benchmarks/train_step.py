@@ -31,7 +31,6 @@ builds its model. One JSON object per configuration per line, then a table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -44,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.cli import print_machine, shape_parser  # noqa: E402
 from encoder import configs  # noqa: E402
 from encoder.modules import matmul  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
@@ -218,13 +218,8 @@ def measure(size: str, args) -> dict:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--sizes', default='mini,base')
-  parser.add_argument('--seq', type=int, default=128)
-  parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
-  parser.add_argument('--vocab', type=int, default=30522)
-  parser.add_argument('--rounds', type=int, default=3, help='alternations of ours and theirs')
+  parser = shape_parser(__doc__, sizes='mini,base', rounds=3,
+                        rounds_help='alternations of ours and theirs')
   parser.add_argument('--steps', type=int, default=3, help='steps timed per round and side')
   parser.add_argument('--compare', choices=('none', 'torch'), default='none')
   parser.add_argument('--ceiling_shape', type=lambda s: tuple(int(x) for x in s.split(',')),
@@ -236,8 +231,7 @@ def main(argv=None):
   if args.compare == 'torch' and not torch_available():
     print('torch/transformers not importable: comparison skipped', file=sys.stderr)
     args.compare = 'none'
-  print(f'# devices: {jax.local_device_count()} x {jax.devices()[0].device_kind}; '
-        f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs', flush=True)
+  print_machine()
   results = []
   for size in args.sizes.split(','):
     results.append(measure(size, args))

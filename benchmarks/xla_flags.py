@@ -15,12 +15,15 @@ guarantees, so it is measured, not recommended). Add your own with `--flags NAME
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.cli import print_machine, shape_parser  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CANDIDATES = {
@@ -53,13 +56,7 @@ def run_once(flags: str, size: str, args) -> dict | None:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--sizes', default='mini')
-  parser.add_argument('--seq', type=int, default=128)
-  parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
-  parser.add_argument('--vocab', type=int, default=30522)
-  parser.add_argument('--rounds', type=int, default=2)
+  parser = shape_parser(__doc__, sizes='mini', rounds=2)
   parser.add_argument('--steps', type=int, default=3, help='steps timed per process')
   parser.add_argument('--only', help='comma-separated names of the candidate sets to run')
   parser.add_argument('--flags', action='append', default=[], metavar='NAME=FLAGS',
@@ -73,7 +70,7 @@ def main(argv=None):
     own = {item.partition('=')[0] for item in args.flags}
     sets = {n: f for n, f in sets.items() if n == 'default' or n in own
             or n in args.only.split(',')}
-  print(f'# load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs', flush=True)
+  print_machine(devices=False)  # JAX must not start here: its flags are the children's
   results = []
   for size in args.sizes.split(','):
     runs = {name: [] for name in sets}

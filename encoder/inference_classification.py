@@ -23,6 +23,15 @@ def head_logits(model, features: np.ndarray, head: str) -> np.ndarray:
   return features.astype(np.float32) @ np.asarray(dense['kernel'], np.float32) + dense['bias']
 
 
+def encode_trimmed(model, arrays: dict) -> tuple[np.ndarray, np.ndarray]:
+  """Sequence outputs of encoded rows with the all-padding columns dropped (they change no
+  output, only cost), and the input mask at the same width."""
+  width = int(arrays['input_mask'].sum(1).max())
+  out = model.encode(**{k: arrays[k][:, :width] for k in ('input_ids', 'segment_ids',
+                                                            'input_mask')})
+  return out.sequence_output, arrays['input_mask'][:, :width]
+
+
 def label_names(config: dict) -> list[str] | None:
   labels = config.get('data', {}).get('labels')
   return [s.strip() for s in labels.split(',')] if labels else None

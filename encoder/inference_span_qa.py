@@ -13,8 +13,8 @@ import numpy as np
 from encoder.data.squad import QAExample
 from encoder.data.squad_features import build_features
 from encoder.errors import DataError
-from encoder.inference_classification import head_logits
-from encoder.tasks.span_decoding import decode_all, decode_options
+from encoder.inference_classification import encode_trimmed, head_logits
+from encoder.tasks.span_decoding import MASKED_LOGIT, decode_all, decode_options
 
 
 def answer(model, question, context):
@@ -36,15 +36,10 @@ def answer(model, question, context):
                             min(int(data.get('max_seq_length', 384)), model.max_length),
                             int(data.get('doc_stride', 128)),
                             int(data.get('max_query_length', 64)))
-  arrays = features.arrays
-  width = int(arrays['input_mask'].sum(1).max())  # all-padding columns change nothing
-  out = model.encode(input_ids=arrays['input_ids'][:, :width],
-                     segment_ids=arrays['segment_ids'][:, :width],
-                     input_mask=arrays['input_mask'][:, :width])
-  logits = head_logits(model, out.sequence_output, 'span')
-  real = arrays['input_mask'][:, :width] > 0
-  start = np.where(real, logits[..., 0], -1e9)
-  end = np.where(real, logits[..., 1], -1e9)
+  sequence, mask = encode_trimmed(model, features.arrays)
+  logits = head_logits(model, sequence, 'span')
+  start = np.where(mask > 0, logits[..., 0], MASKED_LOGIT)
+  end = np.where(mask > 0, logits[..., 1], MASKED_LOGIT)
   options = decode_options(data)
   results = []
   for p in decode_all(examples, features, start, end, options):

@@ -13,7 +13,7 @@ import numpy as np
 
 from encoder.data.finetuning_data import encode_words
 from encoder.errors import DataError
-from encoder.inference_classification import head_logits, label_names
+from encoder.inference_classification import encode_trimmed, head_logits, label_names
 from encoder.tasks.conlleval import chunks
 
 
@@ -35,11 +35,8 @@ def tag(model, texts: Sequence) -> list[dict]:
     raise DataError('the checkpoint has no tag names (config data.labels)')
   max_length = int(model.config.get('data', {}).get('max_seq_length') or model.max_length)
   arrays, positions = encode_words(model.tokenizer, sentences, min(max_length, model.max_length))
-  width = int(arrays['input_mask'].sum(1).max())  # drop all-padding columns: same outputs
-  out = model.encode(input_ids=arrays['input_ids'][:, :width],
-                     segment_ids=arrays['segment_ids'][:, :width],
-                     input_mask=arrays['input_mask'][:, :width])
-  logits = head_logits(model, out.sequence_output, 'tagger')
+  sequence, _ = encode_trimmed(model, arrays)
+  logits = head_logits(model, sequence, 'tagger')
   results = []
   for words, row, pos in zip(sentences, logits, positions, strict=True):
     tags = [names[int(i)] for i in np.argmax(row[pos], -1)] + ['O'] * (len(words) - len(pos))

@@ -86,7 +86,7 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     for name, overrides in zip(names, grid, strict=True):
       print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")
     return []
-  from encoder.sweep_report import collect, write_report
+  from encoder.sweep_report import write_report
   from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
   setup_logging()
   run_configs = []
@@ -120,8 +120,7 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     if record['status'] == 'interrupted':
       log.info('sweep stopped during %s; run the same command to resume', name)
       break
-  write_report(sweep_dir)  # also when every run was finished already
-  return collect(sweep_dir)
+  return write_report(sweep_dir)  # also when every run was finished already
 
 
 def _last_step(workdir: str) -> int:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 
+from encoder.data.finetuning import read_utf8
 from encoder.errors import DataError
-
-log = logging.getLogger('encoder')
 
 MISMATCH_POLICIES = ('error', 'nearest', 'skip')
 
@@ -36,10 +34,7 @@ def _load_json(path: str):
     raise DataError(f"data file '{path}' does not exist: point data.train / data.eval at a "
                     'SQuAD JSON file')
   try:
-    with open(path, encoding='utf-8-sig') as f:
-      return json.load(f)
-  except UnicodeDecodeError:
-    raise DataError(f"'{path}' is not UTF-8 text") from None
+    return json.loads(read_utf8(path))
   except json.JSONDecodeError as e:
     raise DataError(f'{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); '
                     'SQuAD files are one JSON object {"data": [...]}') from None

@@ -65,17 +65,18 @@ def _byte_to_char(text: str) -> np.ndarray:
   return np.append(out, len(text))
 
 
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+  """The span without whitespace at its ends; a whitespace-only span becomes empty at its end."""
+  while start < end and text[start].isspace():
+    start += 1
+  while end > start and text[end - 1].isspace():
+    end -= 1
+  return start, end
+
+
 def _strip(text: str, offsets) -> np.ndarray:
-  """Spans without surrounding whitespace; a whitespace-only token becomes empty at its end."""
-  spans = np.zeros((len(offsets), 2), np.int64)
-  for i, (b, e) in enumerate(offsets):
-    start, end = b, e
-    while start < end and text[start].isspace():
-      start += 1
-    while end > start and text[end - 1].isspace():
-      end -= 1
-    spans[i] = (start, end) if start < end else (e, e)
-  return spans
+  """Token spans without surrounding whitespace."""
+  return np.array([trim_span(text, b, e) for b, e in offsets], np.int64).reshape(-1, 2)
 
 
 @dataclasses.dataclass
@@ -202,9 +203,7 @@ def _answer_tokens(example: QAExample, doc_spans: np.ndarray, mismatch: str, sta
     overlap = np.flatnonzero((doc_spans[:, 0] < span[1]) & (doc_spans[:, 1] > span[0]))
     if len(overlap):
       first, last = int(overlap[0]), int(overlap[-1])
-      text = example.context[span[0]:span[1]]
-      exact = (span[0] + len(text) - len(text.lstrip()), span[1] - len(text) + len(text.rstrip()))
-      if (doc_spans[first, 0], doc_spans[last, 1]) != exact:
+      if (doc_spans[first, 0], doc_spans[last, 1]) != trim_span(example.context, *span):
         stats['answers_inexact'] += 1
       return first, last
     log.warning('%s: no token covers the answer %r (dropped)', example.where,

@@ -12,6 +12,8 @@ explicit. Float32 operands take the plain product, and its ordinary gradient.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -69,8 +71,6 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=Non
   if not is_matmul or lhs.dtype == jnp.float32:
     return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                            preferred_element_type=preferred_element_type, **kwargs)
-  k = 1
-  for size in rhs.shape[:n]:
-    k *= size
+  k = math.prod(rhs.shape[:n])
   out = matmul(lhs.reshape(*lhs.shape[:lhs.ndim - n], k), rhs.reshape(k, -1))
   return out.reshape(*lhs.shape[:lhs.ndim - n], *rhs.shape[n:])

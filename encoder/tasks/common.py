@@ -79,10 +79,11 @@ def metric_suffix(name: str) -> str:
 
 def eval_slices(data, num_predictions: int):
   """(eval set, its first row in the predictions, rows) of each eval set the predictions cover;
-  with train.eval_batches > 0 they cover only a prefix, and later sets may be left out."""
+  with train.eval_batches > 0 they cover only a prefix, and later sets may be left out. Rows,
+  not examples: a SQuAD question may span several windows."""
   offset = 0
   for s in data.eval_sets:
-    n = min(len(s.examples), num_predictions - offset)
+    n = min(len(s.arrays['input_ids']), num_predictions - offset)
     if n <= 0:
       return
     yield s, offset, n

@@ -16,6 +16,9 @@ import dataclasses
 
 import numpy as np
 
+from encoder.data.squad_features import trim_span
+
+MASKED_LOGIT = -1e9  # the logit of padding: never a start or an end
 NO_SPAN_DIFF = 1e9  # v2's null score difference when no window admits any span (JSON-safe)
 
 @dataclasses.dataclass
@@ -94,7 +97,7 @@ def decode(context: str, spans: np.ndarray, windows: list, logits: list[tuple], 
     if first < 0:
       text, start, end = '', -1, -1
     else:
-      start, end = _trimmed(context, int(spans[first, 0]), int(spans[last, 1]))
+      start, end = trim_span(context, int(spans[first, 0]), int(spans[last, 1]))
       text = context[start:end]
       if not text:  # only whitespace or zero-width tokens: nothing to quote
         continue
@@ -121,15 +124,6 @@ def decode(context: str, spans: np.ndarray, windows: list, logits: list[tuple], 
   chosen = best_span if diff <= null_score_diff_threshold else null_entry
   return Prediction(chosen.text, chosen.start, chosen.end, chosen.score, chosen.probability,
                     diff, nbest, best_span)
-
-
-def _trimmed(context: str, start: int, end: int) -> tuple[int, int]:
-  """The span without the whitespace at its ends (a span of empty tokens stays empty)."""
-  while start < end and context[start].isspace():
-    start += 1
-  while end > start and context[end - 1].isspace():
-    end -= 1
-  return start, max(start, end)
 
 
 def decode_options(data_config) -> dict:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.data import finetuning_data, squad, squad_features
+from encoder.data import cache, finetuning_data, squad, squad_features
 from encoder.errors import ConfigError, DataError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import SpanHead
@@ -29,7 +29,6 @@ from encoder.modules.transformer import Encoder
 from encoder.tasks import common, span_decoding, squad_metrics
 
 WEIGHTS = ('weight',)
-_MASKED = -1e9  # the logit of padding: never a start or an end
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -44,8 +43,8 @@ class BertForQuestionAnswering(nn.Module):
                        deterministic=deterministic)
     start, end = self.span(out.sequence_output)
     real = batch['input_mask'] > 0
-    return {'start_logits': jnp.where(real, start, _MASKED),
-            'end_logits': jnp.where(real, end, _MASKED)}
+    return {'start_logits': jnp.where(real, start, span_decoding.MASKED_LOGIT),
+            'end_logits': jnp.where(real, end, span_decoding.MASKED_LOGIT)}
 
 
 def build_model(config) -> BertForQuestionAnswering:
@@ -96,13 +95,10 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
   id, question, gold answers, prediction with its character span and score."""
   options = data.info['decode']
   version_2 = options['version_2']
-  results, records, offset = {}, {}, 0
-  total = len(predictions['start_logits'])
-  for s in data.eval_sets:
-    n = len(s.arrays['input_ids'])
+  results, records = {}, {}
+  for s, offset, n in common.eval_slices(data, len(predictions['start_logits'])):
     start = predictions['start_logits'][offset:offset + n]
     end = predictions['end_logits'][offset:offset + n]
-    offset += n
     preds = span_decoding.decode_all(s.examples, s.extra, start, end, options)
     pairs = [(e, p) for e, p in zip(s.examples, preds, strict=True) if p is not None]
     if not pairs:
@@ -117,18 +113,15 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
       scores = squad_metrics.squad_v1(golds, answers)
     suffix = common.metric_suffix(s.name)
     results.update({f'{k}{suffix}': v for k, v in scores.items()})
-    records[s.name] = [_record(e, p, version_2) for e, p in pairs]
-    if offset >= total:
-      break
+    records[s.name] = [_record(e, p, golds[e.qid], version_2) for e, p in pairs]
   return results, records
 
 
-def _record(example, p, version_2: bool) -> dict:
-  em, f1 = squad_metrics.question_scores(p.text, [a[0] for a in example.answers], version_2)
-  row = {'id': example.qid, 'question': example.question,
-         'gold': [a[0] for a in example.answers], 'prediction': p.text, 'start': p.start,
-         'end': p.end, 'score': round(p.score, 4), 'probability': round(p.probability, 6),
-         'exact_match': em, 'f1': round(f1, 6)}
+def _record(example, p, gold: list[str], version_2: bool) -> dict:
+  em, f1 = squad_metrics.question_scores(p.text, gold, version_2)
+  row = {'id': example.qid, 'question': example.question, 'gold': gold, 'prediction': p.text,
+         'start': p.start, 'end': p.end, 'score': round(p.score, 4),
+         'probability': round(p.probability, 6), 'exact_match': em, 'f1': round(f1, 6)}
   if version_2:
     row['null_score_diff'] = round(p.null_score_diff, 4)
   return row
@@ -141,10 +134,8 @@ def write_predictions(directory: str, step: int, records: dict) -> None:
     if rows and 'null_score_diff' in rows[0]:
       files['null_odds'] = {r['id']: r['null_score_diff'] for r in rows}
     for kind, content in files.items():
-      path = os.path.join(directory, f'{name}_step{step}_{kind}.json')
-      with open(path + '.tmp', 'w', encoding='utf-8') as f:
-        json.dump(content, f, ensure_ascii=False)
-      os.replace(path + '.tmp', path)
+      cache.write_bytes(os.path.join(directory, f'{name}_step{step}_{kind}.json'),
+                        json.dumps(content, ensure_ascii=False).encode('utf-8'))
 
 
 def _read(config, source: str, local: bool) -> list:

@@ -144,7 +144,8 @@ class Checkpointer:
     self._empty_trash()
 
   def _empty_trash(self) -> None:
-    shutil.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
+    if jax.process_index() == 0:  # Orbax moves old steps into TRASH on the primary host only
+      shutil.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
 
   def close(self) -> None:
     self.wait()

@@ -17,7 +17,6 @@ import math
 import os
 
 from encoder.errors import ConfigError
-from encoder.train.strategy import PmapStrategy
 
 
 def resolve_length(train, num_examples: int | None) -> None:
@@ -36,11 +35,11 @@ class Evaluator:
   """`evaluator(replicated_state, step) -> metrics` over the data's eval batches."""
 
   def __init__(self, task, data, model, eval_step, num_batches: int, workdir: str,
-               enabled: bool = True, strategy=None):
+               strategy, enabled: bool = True):
     self.task, self.data, self.eval_step = task, data, eval_step
     self.directory = os.path.join(workdir, 'predictions')
     self.enabled = enabled
-    self.strategy = strategy or PmapStrategy()
+    self.strategy = strategy
     self.batches = [self.strategy.place_batch(b) for b in data.eval_batches(num_batches)]
     self.predict = self.strategy.predict_step(model, task) if hasattr(task, 'evaluate') else None
 

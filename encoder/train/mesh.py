@@ -39,19 +39,20 @@ def mesh_shape(parallel, num_devices: int | None = None) -> dict[str, int]:
       raise ConfigError(f'parallel.mesh_shape={shape}: {num_devices} devices do not divide by '
                         f'{fixed}')
     shape[free[0]] = num_devices // fixed
-  if int(np.prod(list(shape.values()))) != num_devices:
-    raise ConfigError(f'parallel.mesh_shape={shape} needs {int(np.prod(list(shape.values())))} '
-                      f'devices; there are {num_devices}: make one size -1')
+  elif fixed != num_devices:
+    raise ConfigError(f'parallel.mesh_shape={shape} needs {fixed} devices; there are '
+                      f'{num_devices}: make one size -1')
   return shape
 
 
-def make_mesh(shape: dict[str, int], devices=None) -> Mesh:
-  """Devices arranged for the interconnect (TPU torus, GPU NVLink islands) where JAX knows it."""
-  devices = jax.devices() if devices is None else devices
+def make_mesh(shape: dict[str, int]) -> Mesh:
+  """Devices arranged for the interconnect where JAX knows it (CPU: in order; GPU: by id; TPU:
+  on the torus), else in order. Sizes match the device count already (`mesh_shape`)."""
+  devices = jax.devices()
   sizes = tuple(shape[axis] for axis in MESH_AXES)
   try:
     grid = mesh_utils.create_device_mesh(sizes, devices)
-  except (ValueError, NotImplementedError, AssertionError):
+  except NotImplementedError:  # TPU: a size that is no product of the torus's axes
     grid = np.array(devices).reshape(sizes)
   return Mesh(grid, MESH_AXES)
 
@@ -165,9 +166,9 @@ def put_global(tree, shardings):
   return jax.tree.map(one, tree, shardings)
 
 
-def put_batch(batch: dict, mesh: Mesh) -> dict:
-  """This process's rows of the global batch -> one global array per field."""
-  sharding = batch_sharding(mesh)
+def put_batch(batch: dict, sharding: NamedSharding) -> dict:
+  """This process's rows of the global batch -> one global array per field (`sharding`: from
+  `batch_sharding`)."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 

@@ -118,7 +118,7 @@ class MeshStrategy:
                    out_shardings=self.replicated)
 
   def place_batch(self, batch: dict) -> dict:
-    return mesh_lib.put_batch(batch, self.mesh)
+    return mesh_lib.put_batch(batch, self.batch_sharding)
 
   def to_checkpoint(self, placed):
     """The sharded global arrays themselves: each process writes the shards it owns."""

@@ -35,6 +35,7 @@ RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
     'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite'})
+RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
 
 
 def setup_logging() -> None:
@@ -62,7 +63,7 @@ def check_workdir(config, workdir: str) -> dict | None:
   for key in ['experiment', *configs.flatten_keys(current)]:
     here = _get(current.to_dict(), key)
     there = _get(saved, key)
-    resumable = key in RESUMABLE_KEYS or key.startswith('parallel.')  # layout, not the run
+    resumable = key in RESUMABLE_KEYS or key.split('.')[0] in RESUMABLE_SECTIONS
     if resumable or here is None or there is None or here == there:
       continue
     raise ConfigError(
@@ -125,7 +126,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for change in inherited:
       log.info('From init_from %s: %s', config.init_from, change)
-  with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
+  with workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
     return _train(config, workdir, task, saved)
 
 
@@ -180,8 +181,8 @@ def _train(config, workdir: str, task, saved: dict | None) -> dict:
   writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
   progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
   train_iter = data.train_iterator(data_state)
-  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, enabled=is_main,
-                       strategy=strategy)
+  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, strategy,
+                       enabled=is_main)
 
   def save(rstate, step: int, metrics: dict | None = None) -> None:
     host = strategy.to_checkpoint(rstate)
