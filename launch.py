@@ -54,7 +54,7 @@ def run(argv: list[str]) -> int:
       print(f'{name:<24} {description}')
     return 0
   if args.report:
-    from encoder.sweep_report import write_report
+    from encoder.sweep import write_report
     records = write_report(args.report)
     if not records:
       from encoder.errors import ConfigError

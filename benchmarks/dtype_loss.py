@@ -24,10 +24,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from encoder.tasks import pretraining as task  # noqa: E402
-from encoder.train import parallel  # noqa: E402
+from encoder.train import sharding  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
-from encoder.train.steps import create_state, pmap_steps  # noqa: E402
-from encoder.train.trainer import init_params  # noqa: E402
+from encoder.train.strategy import PmapStrategy  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_step import bench_config, random_batch  # noqa: E402
@@ -51,12 +50,12 @@ def losses(dtype: str, args) -> list[float]:
       'train.learning_rate=1e-3', 'train.warmup_steps=5', 'train.schedule=constant',
       f'train.num_steps={args.steps}'])
   model, tx = task.build_model(config), make_optimizer(config.train)
-  params = init_params(model, task.dummy_batch(config), 0)
-  state = parallel.replicate(create_state(params, tx, 0))
-  step_fn, _ = pmap_steps(model, task, tx)
+  strategy = PmapStrategy()
+  state = strategy.init_state(model, tx, task.dummy_batch(config), 0)
+  step_fn, _ = strategy.steps(model, task, tx, 1)
   result = []
   for i in range(args.steps):
-    state, sums = step_fn(state, parallel.shard(motif_batch(config, args.batch, i)))
+    state, sums = step_fn(state, sharding.shard(motif_batch(config, args.batch, i)))
     result.append(sums)
   return [task.reduce_metrics(s)['loss'] for s in
           jax.tree.map(lambda x: np.asarray(x)[0], jax.device_get(result))]

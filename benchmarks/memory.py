@@ -23,9 +23,6 @@ os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={args.devices
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import functools  # noqa: E402
-
-import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -33,8 +30,8 @@ from encoder import configs  # noqa: E402
 from encoder.modules.config import resolved_fields  # noqa: E402
 from encoder.tasks import get_task  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
-from encoder.train.steps import create_state, train_step  # noqa: E402
-from encoder.train.strategy import MeshStrategy  # noqa: E402
+from encoder.train.sharding import bytes_per_device  # noqa: E402
+from encoder.train.strategy import MeshStrategy, PmapStrategy  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -47,11 +44,8 @@ def setup():
   config.model.update(resolved_fields(config.model))
   task = get_task(config.task)
   model, tx = task.build_model(config), make_optimizer(config.train)
-  dummy = task.dummy_batch(config)
-  state = jax.eval_shape(lambda: create_state(
-      nn.unbox(model.init({'params': jax.random.key(0)}, dummy))['params'], tx, 0))
   batch = jax.eval_shape(lambda: task.dummy_batch(config, args.batch_size))
-  return config, task, model, tx, dummy, state, batch
+  return config, task, model, tx, task.dummy_batch(config), batch
 
 
 def report(name: str, compiled) -> None:
@@ -63,39 +57,31 @@ def report(name: str, compiled) -> None:
         f'temporaries {m.temp_size_in_bytes / MiB:9.1f}  peak {peak / MiB:9.1f} MiB per device')
 
 
-def state_bytes_per_device(state, shardings) -> int:
-  """Bytes of the train state one device keeps, from the shard shapes of its shardings."""
-  total = 0
-  for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True):
-    total += int(np.prod(sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
-  return total
-
-
 def main() -> None:
-  config, task, model, tx, dummy, state, batch = setup()
+  config, task, model, tx, dummy, batch = setup()
   n = args.devices
-  params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-  whole = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
-  print(f'{args.exp}: {params:,} parameters; train state (params + Adam moments) '
-        f'{whole / MiB:.1f} MiB; global batch {args.batch_size} x seq {args.seq} over {n} '
-        f'devices')
-
-  per_device = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype)  # noqa: E731
-  local = lambda x: jax.ShapeDtypeStruct((n, x.shape[0] // n, *x.shape[1:]), x.dtype)  # noqa: E731
-  pmapped = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx),
-                     axis_name='batch', donate_argnums=(0,))
-  compiled = pmapped.lower(jax.tree.map(per_device, state), jax.tree.map(local, batch)).compile()
-  print(f'{"pmap (replicated)":<22} train state per device {whole / MiB:.1f} MiB')
-  report('pmap (replicated)', compiled)
-
-  for name, shape in (('mesh data=8', {'data': -1, 'fsdp': 1, 'tensor': 1}),
-                      (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})):
+  strategies = [('mesh data=8', {'data': -1, 'fsdp': 1, 'tensor': 1}),
+                (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})]
+  for index, (name, shape) in enumerate(strategies):
     config.parallel.mesh_shape.update(shape)
     strategy = MeshStrategy(config.parallel)
-    strategy.lay_out(state, model, dummy)
+    state = strategy.lay_out(model, tx, dummy)  # abstract: nothing is allocated
+    if index == 0:
+      params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+      whole = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
+      print(f'{args.exp}: {params:,} parameters; train state (params + Adam moments) '
+            f'{whole / MiB:.1f} MiB; global batch {args.batch_size} x seq {args.seq} over {n} '
+            f'devices')
+      per_device = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype)  # noqa: E731
+      local = lambda x: jax.ShapeDtypeStruct((n, x.shape[0] // n, *x.shape[1:]), x.dtype)  # noqa: E731
+      pmapped, _ = PmapStrategy().steps(model, task, tx, 1)
+      compiled = pmapped.lower(jax.tree.map(per_device, state),
+                               jax.tree.map(local, batch)).compile()
+      print(f'{"pmap (replicated)":<22} train state per device {whole / MiB:.1f} MiB')
+      report('pmap (replicated)', compiled)
     train, _ = strategy.steps(model, task, tx, 1)
     compiled = train.lower(state, batch).compile()
-    mine = state_bytes_per_device(state, strategy.state_shardings)
+    mine = bytes_per_device(state, strategy.state_shardings)
     print(f'{name:<22} train state per device {mine / MiB:.1f} MiB')
     report(name, compiled)
 

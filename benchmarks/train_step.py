@@ -3,7 +3,7 @@
   python benchmarks/train_step.py --sizes mini,base --seq 128 --batch 32 --dtype float32 \
       --compare torch
 
-Our step is the one launch.py runs (`pmap_steps`: jit-compiled, pmap-ed, state donated) on
+Our step is the one launch.py runs (`PmapStrategy.steps`: jit-compiled, pmap-ed, state donated) on
 device-resident batches of the real layout (15% of positions masked, NSP labels), reused, so
 the numbers are the step alone (the data loader has its own benchmark).
 
@@ -47,10 +47,9 @@ from benchmarks.cli import print_machine, shape_parser  # noqa: E402
 from encoder import configs  # noqa: E402
 from encoder.modules import matmul  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
-from encoder.train import parallel  # noqa: E402
+from encoder.train import sharding  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
-from encoder.train.steps import create_state, pmap_steps  # noqa: E402
-from encoder.train.trainer import init_params  # noqa: E402
+from encoder.train.strategy import PmapStrategy  # noqa: E402
 
 
 def bench_config(size: str, seq: int, batch: int, dtype: str, vocab: int, extra=()):
@@ -110,10 +109,10 @@ class Ceiling:
 class Ours:
   def __init__(self, config, batch: dict):
     self.model, tx = task.build_model(config), make_optimizer(config.train)
-    params = init_params(self.model, task.dummy_batch(config), 0)
-    self.state = parallel.replicate(create_state(params, tx, 0))
-    self.step_fn, _ = pmap_steps(self.model, task, tx, config.train.grad_accum_steps)
-    self.batch = parallel.shard(batch)
+    strategy = PmapStrategy()
+    self.state = strategy.init_state(self.model, tx, task.dummy_batch(config), 0)
+    self.step_fn, _ = strategy.steps(self.model, task, tx, config.train.grad_accum_steps)
+    self.batch = sharding.shard(batch)
     start = time.perf_counter()
     self.run(1)
     self.compile_s = time.perf_counter() - start

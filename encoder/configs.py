@@ -65,6 +65,16 @@ def flatten_keys(config: config_dict.ConfigDict, prefix: str = '') -> list[str]:
   return keys
 
 
+def nested_get(tree: dict, keys: list[str]):
+  """`tree[k1][k2]...`, or None where a key is missing (a field added to the code since a
+  config.json was written, a parameter a checkpoint lacks)."""
+  for key in keys:
+    if not isinstance(tree, dict) or key not in tree:
+      return None
+    tree = tree[key]
+  return tree
+
+
 def _shown(text: str) -> str:
   """The override text as quoted in an error: one line, not too long."""
   shown = repr(text)[1:-1]

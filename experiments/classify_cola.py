@@ -9,11 +9,11 @@ The original CoLA TSVs have no header (source, label, original label, sentence):
 Expected: MCC ~0.52 from BERT-base (Devlin et al., 2019); small sets vary by seed.
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE CoLA acceptability (Matthews correlation) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_cola', 'cola', num_labels=2, best_metric='mcc')
-  return finetune_base.apply_variants(c, arg, 'single_noheader')
+  c = _finetune.glue_config('classify_cola', 'cola', num_labels=2, best_metric='mcc')
+  return _variants.apply_variants(c, arg, _finetune.variants('single_noheader'))

@@ -7,12 +7,12 @@ Metrics: `accuracy` (matched) and `accuracy_mismatched`. Expected: ~0.84 / ~0.84
 BERT-base (Devlin et al., 2019).
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE MNLI entailment (accuracy, matched + mismatched) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_mnli', 'mnli', num_labels=3,
-                                eval_splits='validation_matched,validation_mismatched')
-  return finetune_base.apply_variants(c, arg, 'nli', eval_sets=2)
+  c = _finetune.glue_config('classify_mnli', 'mnli', num_labels=3,
+                            eval_splits='validation_matched,validation_mismatched')
+  return _variants.apply_variants(c, arg, _finetune.variants('nli', eval_sets=2))

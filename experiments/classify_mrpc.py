@@ -6,11 +6,11 @@
 Expected: F1 ~0.89 from BERT-base (Devlin et al., 2019); small sets vary by seed.
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE MRPC paraphrase classification (F1, accuracy) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_mrpc', 'mrpc', num_labels=2, best_metric='f1')
-  return finetune_base.apply_variants(c, arg, 'pair')
+  c = _finetune.glue_config('classify_mrpc', 'mrpc', num_labels=2, best_metric='f1')
+  return _variants.apply_variants(c, arg, _finetune.variants('pair'))

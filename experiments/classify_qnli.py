@@ -6,11 +6,11 @@
 Expected: accuracy ~0.91 from BERT-base (Devlin et al., 2019).
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE QNLI question/answer entailment (accuracy) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_qnli', 'qnli', num_labels=2)
-  return finetune_base.apply_variants(c, arg, 'pair')
+  c = _finetune.glue_config('classify_qnli', 'qnli', num_labels=2)
+  return _variants.apply_variants(c, arg, _finetune.variants('pair'))

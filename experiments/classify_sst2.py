@@ -10,11 +10,11 @@ Expected: dev accuracy ~0.93 from BERT-base (Devlin et al., 2019), ~0.90 from a 
 MiniLM-L6 (benchmarks/finetune.py reaches the high 80s on a 4k-example slice in minutes).
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE SST-2 sentiment classification (accuracy) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_sst2', 'sst2', num_labels=2)
-  return finetune_base.apply_variants(c, arg, 'single')
+  c = _finetune.glue_config('classify_sst2', 'sst2', num_labels=2)
+  return _variants.apply_variants(c, arg, _finetune.variants('single'))

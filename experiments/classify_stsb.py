@@ -7,11 +7,11 @@ Metrics: `pearson`, `spearman` (and `mse`); best by pearson. Expected: Spearman 
 BERT-base (Devlin et al., 2019).
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'GLUE STS-B similarity regression (Pearson, Spearman) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.glue_config('classify_stsb', 'stsb', num_labels=1, best_metric='pearson')
-  return finetune_base.apply_variants(c, arg, 'regression')
+  c = _finetune.glue_config('classify_stsb', 'stsb', num_labels=1, best_metric='pearson')
+  return _variants.apply_variants(c, arg, _finetune.variants('regression'))

@@ -7,7 +7,7 @@ Same optimiser, schedule and batch as `mlm_nsp_base` (24 layers, hidden 1024, 16
 Expected on Wikipedia + BooksCorpus after 1M steps: MLM accuracy ~0.70, NSP ~0.98.
 """
 
-from experiments import mlm_nsp_base
+from experiments import _variants, mlm_nsp_base
 
 DESCRIPTION = 'BERT-large (336M) MLM + NSP pretraining, the paper recipe'
 
@@ -16,4 +16,4 @@ def get_config(arg=None):
   c = mlm_nsp_base.base_config()
   c.experiment = 'mlm_nsp_large'
   c.model.size = 'large'
-  return mlm_nsp_base.apply_variants(c, arg)
+  return _variants.apply_variants(c, arg, mlm_nsp_base.VARIANTS)

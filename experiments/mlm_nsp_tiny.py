@@ -6,7 +6,7 @@ Two layers, hidden 128, two heads, a 1k SentencePiece vocabulary trained on the 
 documentation; a short warmup and a high learning rate, as small models tolerate.
 """
 
-from experiments import mlm_nsp_base
+from experiments import _variants, mlm_nsp_base
 
 DESCRIPTION = 'BERT-tiny MLM + NSP on the embedded Python docs; minutes on a CPU'
 
@@ -51,4 +51,4 @@ def get_config(arg=None):
   t.log_every = 50
   t.eval_every = 500
   t.checkpoint_every = 500
-  return mlm_nsp_base.apply_variants(c, arg)
+  return _variants.apply_variants(c, arg, mlm_nsp_base.VARIANTS)

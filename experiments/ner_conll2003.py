@@ -10,14 +10,14 @@ Each word's tag is predicted at its first sub-token. Metrics: `f1`, `precision`,
 2019); ~0.85+ from MiniLM-L6 (benchmarks/finetune.py, on a 4k-sentence slice).
 """
 
-from experiments import finetune_base
+from experiments import _finetune, _variants
 
 DESCRIPTION = 'CoNLL-2003 NER (entity F1) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = finetune_base.finetune_config('ner_conll2003', 'tagging')
+  c = _finetune.finetune_config('ner_conll2003', 'tagging')
   c.data.tfds = 'conll2003'
   c.train.learning_rate = 5e-5
   c.train.best_metric = 'f1'
-  return finetune_base.apply_variants(c, arg, 'ner')
+  return _variants.apply_variants(c, arg, _finetune.variants('ner'))

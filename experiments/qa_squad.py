@@ -15,13 +15,13 @@ BERT-base (Devlin et al., 2019). Then `encoder.load(WORKDIR).answer(question, co
 
 from ml_collections import config_dict
 
-from experiments import _smoke_squad, finetune_base, mlm_nsp_base
+from experiments import _finetune, _smoke_squad, _variants
 
 DESCRIPTION = 'SQuAD v1.1 extractive QA (exact match / F1) on a pretrained encoder'
 
 
 def squad_config(name: str, version_2: bool) -> config_dict.ConfigDict:
-  c = finetune_base.finetune_config(name, 'span_qa')
+  c = _finetune.finetune_config(name, 'span_qa')
   d = c.data
   d.tfds = 'squad/v2.0' if version_2 else 'squad/v1.1'
   d.train = ''  # a local SQuAD JSON file (read instead of data.tfds)
@@ -42,29 +42,20 @@ def squad_config(name: str, version_2: bool) -> config_dict.ConfigDict:
 
 def smoke(c: config_dict.ConfigDict, version_2: bool) -> config_dict.ConfigDict:
   """A tiny model trained from scratch on tiny embedded-data files, in seconds on one CPU."""
-  mlm_nsp_base.smoke(c)
-  c.init_from = ''
+  _finetune.from_scratch(c)
   c.data.train, c.data.eval = _smoke_squad.smoke_files(version_2)
   d = c.data
-  d.vocab_size, d.max_seq_length, d.doc_stride, d.max_query_length = 256, 64, 24, 12
-  d.max_answer_length = 8
+  d.max_seq_length, d.doc_stride, d.max_query_length, d.max_answer_length = 64, 24, 12, 8
   t = c.train
-  t.num_steps, t.num_epochs, t.batch_size, t.learning_rate = 0, 1.0, 8, 1e-3
-  t.warmup_steps = None
-  t.log_every, t.eval_every, t.checkpoint_every, t.eval_batches = 4, 8, 8, 0
+  t.log_every, t.eval_every, t.checkpoint_every = 4, 8, 8
   return c
 
 
-def apply_variants(c: config_dict.ConfigDict, arg: str | None, version_2: bool
-                   ) -> config_dict.ConfigDict:
-  for option in filter(None, (arg or '').split(',')):
-    if option == 'smoke':
-      smoke(c, version_2)
-    else:
-      from encoder.errors import ConfigError
-      raise ConfigError(f"unknown variant '{option}' for experiment {c.experiment} (known: smoke)")
-  return c
+def variants(version_2: bool) -> _variants.Variants:
+  """The `--exp qa_squad[_v2]:OPTION` variants; both experiments share them."""
+  return {'smoke': lambda c: smoke(c, version_2)}
 
 
 def get_config(arg=None):
-  return apply_variants(squad_config('qa_squad', version_2=False), arg, version_2=False)
+  return _variants.apply_variants(squad_config('qa_squad', version_2=False), arg,
+                                  variants(version_2=False))

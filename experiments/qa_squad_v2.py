@@ -10,11 +10,11 @@ most `data.null_score_diff_threshold`. Eval adds `has_ans_*`/`no_ans_*` EM and F
 `best_f1_threshold` for the final predictions). Expected: dev F1 ~0.76-0.77 from BERT-base.
 """
 
-from experiments import qa_squad
+from experiments import _variants, qa_squad
 
 DESCRIPTION = 'SQuAD v2.0 extractive QA with unanswerable questions (EM / F1)'
 
 
 def get_config(arg=None):
-  return qa_squad.apply_variants(qa_squad.squad_config('qa_squad_v2', version_2=True), arg,
-                                 version_2=True)
+  return _variants.apply_variants(qa_squad.squad_config('qa_squad_v2', version_2=True), arg,
+                                  qa_squad.variants(version_2=True))

@@ -1,19 +1,65 @@
-"""Experiments load, and overrides are typed and strict."""
+"""Experiments load, their variants parse strictly, and overrides are typed and strict."""
 
 import pytest
+from ml_collections import config_dict
 
 from encoder import configs
 from encoder.errors import ConfigError
 from encoder.modules.config import model_config
+from experiments import _common, _variants, mlm_nsp_base
+
+EXPERIMENTS = sorted(configs.list_experiments())
 
 
-def test_every_experiment_loads_with_and_without_smoke():
-  names = configs.list_experiments()
-  assert {'mlm_nsp_base', 'mlm_nsp_large', 'mlm_nsp_tiny'} <= set(names)
-  for name in names:
-    assert configs.load_experiment(name).experiment == name
-    smoke = configs.load_experiment(f'{name}:smoke')
-    assert smoke.train.num_steps <= 10
+def test_private_modules_are_not_experiments():
+  assert {'mlm_nsp_base', 'mlm_nsp_large', 'mlm_nsp_tiny', 'classify_sst2'} <= set(EXPERIMENTS)
+  assert not [name for name in EXPERIMENTS if name.startswith('_')]
+
+
+@pytest.mark.parametrize('name', EXPERIMENTS)
+def test_every_experiment_loads_with_and_without_smoke(name):
+  assert configs.load_experiment(name).experiment == name
+  smoke = configs.load_experiment(f'{name}:smoke')
+  assert smoke.experiment == name and smoke.train.num_steps <= 10
+  assert smoke.model.size == 'tiny' and not smoke.init_from
+
+
+def test_variants_apply_in_order_and_unknown_ones_name_the_known():
+  calls = []
+  options = {'smoke': lambda c: calls.append('smoke'), 'long': lambda c: calls.append('long')}
+  c = config_dict.ConfigDict({'experiment': 'demo'})
+  assert _variants.apply_variants(c, 'long,,smoke', options) is c
+  assert calls == ['long', 'smoke']
+  assert _variants.apply_variants(c, None, options) is c and len(calls) == 2
+  with pytest.raises(ConfigError) as e:
+    _variants.apply_variants(c, 'smoke,fast', options)
+  assert str(e.value) == "unknown variant 'fast' for experiment demo (known: smoke, long)"
+  with pytest.raises(ConfigError) as e:
+    _variants.apply_variants(c, 'a\nb', options)
+  assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('name', EXPERIMENTS)
+def test_every_experiment_refuses_an_unknown_variant(name):
+  with pytest.raises(ConfigError) as e:
+    configs.load_experiment(f'{name}:smoke,fast')
+  assert str(e.value) == f"unknown variant 'fast' for experiment {name} (known: smoke)"
+
+
+def pretraining_only_data_fields() -> set[str]:
+  """What mlm_nsp_base adds to the shared data section: read by the pretraining pipeline only."""
+  shared = _common.shared_config('shared', 'none').data
+  return set(mlm_nsp_base.base_config().data) - set(shared)
+
+
+def test_fine_tuning_configs_carry_no_pretraining_data_fields():
+  pretraining_only = pretraining_only_data_fields()
+  assert {'corpus', 'mask_rate', 'nsp', 'dupe_factor'} <= pretraining_only
+  fine_tuning = [n for n in EXPERIMENTS if configs.load_experiment(n).task != 'pretraining']
+  assert {'classify_sst2', 'ner_conll2003', 'qa_squad'} <= set(fine_tuning)
+  for name in fine_tuning:
+    for spec in (name, f'{name}:smoke'):
+      assert not pretraining_only & set(configs.load_experiment(spec).data), spec
 
 
 def test_overrides_are_typed():
@@ -43,11 +89,9 @@ def test_bad_overrides_are_one_line_errors(override, message):
   assert '\n' not in str(e.value)
 
 
-def test_unknown_experiment_and_variant():
+def test_unknown_experiment():
   with pytest.raises(ConfigError, match="did you mean 'mlm_nsp_tiny'"):
     configs.load_experiment('mlm_nsp_tiyn')
-  with pytest.raises(ConfigError, match="unknown variant 'fast'"):
-    configs.load_experiment('mlm_nsp_tiny:fast')
 
 
 def test_bad_model_values_are_config_errors():

@@ -13,8 +13,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import encoder
-from encoder.convert import main as convert_main
-from encoder.inference import resolve_checkpoint, restore_params
+from encoder.checkpoint_files import resolve_checkpoint
+from encoder.hf.convert import main as convert_main
+from encoder.inference import restore_params
 from tests.golden import hf_numpy
 from tests.golden.smoke import GOLDEN, ROOT, launch, minilm_dir, smoke_workdir
 

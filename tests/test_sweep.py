@@ -5,9 +5,10 @@ import os
 
 import pytest
 
-from encoder import configs, sweep
+from encoder import configs
 from encoder.errors import ConfigError
-from encoder.sweep_report import write_report
+from encoder.sweep import grid, parse_sweep, run_sweep, write_report
+from encoder.sweep.status import write_status
 from tests.train.conftest import smoke_overrides
 
 
@@ -19,39 +20,55 @@ def smoke_config(corpus, cache_dir, *extra):
 
 def test_grid_is_the_cross_product_with_readable_names():
   config = configs.load_experiment('mlm_nsp_tiny')
-  axes = sweep.parse_sweep('model.attention=bidirectional,causal', config, None)
-  axes += sweep.parse_sweep('data.mask_rate=0.15,0.3', config, None)
-  grid = sweep.expand(axes, config)
-  assert grid == [['model.attention=bidirectional', 'data.mask_rate=0.15'],
+  axes = parse_sweep('model.attention=bidirectional,causal', config, None)
+  axes += parse_sweep('data.mask_rate=0.15,0.3', config, None)
+  runs = grid.expand(axes)
+  assert runs == [['model.attention=bidirectional', 'data.mask_rate=0.15'],
                   ['model.attention=bidirectional', 'data.mask_rate=0.3'],
                   ['model.attention=causal', 'data.mask_rate=0.15'],
                   ['model.attention=causal', 'data.mask_rate=0.3']]
-  assert sweep.run_name(grid[3]) == 'attention=causal,mask_rate=0.3'
-  assert sweep.run_name(['data.corpus=text:/a b/*.txt']) == 'corpus=text__a_b__.txt'
+  assert grid.run_name(runs[3]) == 'attention=causal,mask_rate=0.3'
+  assert grid.run_name(['data.corpus=text:/a b/*.txt']) == 'corpus=text__a_b__.txt'
 
 
 def test_named_sweeps_come_from_the_experiment():
   config = configs.load_experiment('mlm_nsp_tiny')
   module = configs.experiment_module('mlm_nsp_tiny')
-  axes = sweep.parse_sweep('attention', config, module)
-  assert axes == [('model.attention', ['bidirectional', 'causal']), ('data.nsp', ['false']),
-                  ('train.num_steps', ['4000'])]
-  grid = sweep.expand(axes, config)
+  axes = parse_sweep('attention', config, module)
+  assert axes == [('model.attention', ['bidirectional', 'causal']), ('data.nsp', [False]),
+                  ('train.num_steps', [4000])]
+  runs = grid.expand(axes)
   # The fixed settings reach every run but do not name it.
-  assert grid[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000']
-  assert [sweep.run_name(o, sweep.fixed_keys(axes)) for o in grid] == [
+  assert runs[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000']
+  assert [grid.run_name(o, grid.fixed_keys(axes)) for o in runs] == [
       'attention=bidirectional', 'attention=causal']
   # A key the user set on the command line keeps the user's value.
-  assert sweep.parse_sweep('attention', config, module, frozenset({'train.num_steps'})) == axes[:2]
+  assert parse_sweep('attention', config, module, frozenset({'train.num_steps'})) == axes[:2]
   with pytest.raises(ConfigError, match="unknown sweep 'nope'"):
-    sweep.parse_sweep('nope', config, module)
+    parse_sweep('nope', config, module)
 
 
 def test_single_valued_axes_name_runs_only_when_nothing_varies():
-  assert sweep.fixed_keys([('a.b', ['1']), ('a.c', ['1', '2'])]) == {'a.b'}
-  assert sweep.fixed_keys([('a.b', ['1'])]) == frozenset()
-  assert sweep.run_name(['a.b=1'], sweep.fixed_keys([('a.b', ['1'])])) == 'b=1'
+  assert grid.fixed_keys([('a.b', ['1']), ('a.c', ['1', '2'])]) == {'a.b'}
+  assert grid.fixed_keys([('a.b', ['1'])]) == frozenset()
+  assert grid.run_name(['a.b=1'], grid.fixed_keys([('a.b', ['1'])])) == 'b=1'
 
+
+def test_values_are_typed_like_the_config_field_and_one_value_names_one_run():
+  config = configs.load_experiment('mlm_nsp_tiny')
+  axes = [axis for spec in ('data.mask_rate=0.30,1e-1', 'data.nsp=TRUE,0',
+                            'train.num_steps=1e3,2_000', 'model.attention=causal')
+          for axis in parse_sweep(spec, config, None)]
+  assert axes == [('data.mask_rate', [0.3, 0.1]), ('data.nsp', [True, False]),
+                  ('train.num_steps', [1000, 2000]), ('model.attention', ['causal'])]
+  assert [type(v) for _, values in axes for v in values[:1]] == [float, bool, int, str]
+  runs = grid.expand(axes)
+  assert runs[0] == ['data.mask_rate=0.3', 'data.nsp=true', 'train.num_steps=1000',
+                     'model.attention=causal']
+  assert grid.run_name(runs[0], grid.fixed_keys(axes)) == 'mask_rate=0.3,nsp=true,num_steps=1000'
+  applied = configs.load_experiment('mlm_nsp_tiny')
+  configs.apply_overrides(applied, runs[-1])  # the override texts parse back to the values
+  assert (applied.data.mask_rate, applied.data.nsp, applied.train.num_steps) == (0.1, False, 2000)
 
 @pytest.mark.parametrize('spec, message', [
     ('train.num_stpes=1,2', "did you mean 'train.num_steps'"),
@@ -62,27 +79,27 @@ def test_single_valued_axes_name_runs_only_when_nothing_varies():
 def test_bad_specs_fail_before_any_run(spec, message, tmp_path):
   config = configs.load_experiment('mlm_nsp_tiny')
   with pytest.raises(ConfigError, match=message):
-    axes = sweep.parse_sweep(spec, config, None)
-    sweep.run_sweep('mlm_nsp_tiny', config, axes, str(tmp_path / 's'))
+    axes = parse_sweep(spec, config, None)
+    run_sweep('mlm_nsp_tiny', config, axes, str(tmp_path / 's'))
   assert not (tmp_path / 's').exists()
 
 
 def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
     tmp_path, corpus, cache_dir):
   sweep_dir = str(tmp_path / 'sweep')
-  axes = [('model.num_heads', ['2', '3'])]  # hidden 128 does not split into 3 heads
+  axes = [('model.num_heads', [2, 3])]  # hidden 128 does not split into 3 heads
   config = smoke_config(corpus, cache_dir, 'train.stop_at_step=1')
-  records = sweep.run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)
+  records = run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)
   assert [r['status'] for r in records] == ['interrupted']  # the sweep stops with the run
 
   config = smoke_config(corpus, cache_dir)
-  records = {r['name']: r for r in sweep.run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)}
+  records = {r['name']: r for r in run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)}
   assert records['num_heads=2']['status'] == 'done' and records['num_heads=2']['steps'] == 2
   assert records['num_heads=3']['status'] == 'failed'
   assert 'not divisible' in records['num_heads=3']['error']
   finished = os.path.join(sweep_dir, 'num_heads=2', 'metrics.jsonl')
   mtime = os.stat(finished).st_mtime_ns
-  sweep.run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)
+  run_sweep('mlm_nsp_tiny:smoke', config, axes, sweep_dir)
   assert os.stat(finished).st_mtime_ns == mtime  # skipped, not retrained
 
   with open(os.path.join(sweep_dir, 'sweep.csv')) as f:
@@ -99,7 +116,7 @@ def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
   assert status['overrides'] == ['model.num_heads=2']
 
   # A longer budget resumes a finished run instead of skipping it.
-  records = {r['name']: r for r in sweep.run_sweep(
+  records = {r['name']: r for r in run_sweep(
       'mlm_nsp_tiny:smoke', smoke_config(corpus, cache_dir, 'train.num_steps=3'), axes, sweep_dir)}
   assert records['num_heads=2']['status'] == 'done' and records['num_heads=2']['steps'] == 3
   mtime = os.stat(finished).st_mtime_ns
@@ -107,8 +124,22 @@ def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
   # A finished run with other settings is never taken for this one, nor overwritten: the
   # sweep is refused before anything runs.
   with pytest.raises(ConfigError, match=r"num_heads=2' belongs to a different run \(data.nsp"):
-    sweep.run_sweep('mlm_nsp_tiny:smoke',
+    run_sweep('mlm_nsp_tiny:smoke',
                     smoke_config(corpus, cache_dir, 'train.num_steps=3', 'data.nsp=false'),
                     axes, sweep_dir)
   assert os.stat(finished).st_mtime_ns == mtime
   assert json.load(open(os.path.join(sweep_dir, 'num_heads=2', 'config.json')))['data']['nsp']
+
+
+def test_a_run_killed_mid_write_is_reported_as_far_as_its_metrics_are_whole(tmp_path):
+  sweep_dir = tmp_path / 'sweep'
+  lines = [{'step': 1, 'split': 'train', 'loss': 2.0}, {'step': 2, 'split': 'eval', 'loss': 1.5,
+                                                        'mlm_accuracy': 0.25}]
+  write_status(str(sweep_dir / 'killed'), {'name': 'killed', 'status': 'interrupted'})
+  (sweep_dir / 'killed' / 'metrics.jsonl').write_text(
+      ''.join(json.dumps(r) + '\n' for r in lines) + '{"step": 3, "split": "ev')
+  write_status(str(sweep_dir / 'failed'), {'name': 'failed', 'status': 'failed', 'error': 'x'})
+  records = {r['name']: r for r in write_report(str(sweep_dir))}
+  assert records['killed']['steps'] == 2 and records['killed']['final'] == lines[1]
+  assert records['failed']['steps'] == 0 and records['failed']['final'] == {}
+  assert '| killed |  | interrupted | 2 |' in (sweep_dir / 'sweep.md').read_text()

@@ -13,6 +13,7 @@ import numpy as np
 
 from encoder.data import cache
 from encoder.data.pipeline import build_pretraining_data
+from encoder.errors import ConfigError
 
 _NSP = {0: 'IsNext (B follows A)', 1: 'NotNext (B is random)'}
 
@@ -40,6 +41,9 @@ def format_example(batch: dict[str, np.ndarray], i: int, tokenizer) -> str:
 
 def inspect_data(config, workdir: str, n: int) -> None:
   """Prints `n` decoded training examples and saves one global batch to WORKDIR/data_sample.npz."""
+  if config.task != 'pretraining':  # a fine-tuning config has no corpus or masking fields
+    raise ConfigError('--inspect_data shows pretraining examples (masks, NSP); '
+                      f'{config.experiment} is a {config.task} experiment')
   data = build_pretraining_data(config, workdir)
   it = data.train_iterator()
   first = next(it)

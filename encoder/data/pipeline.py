@@ -48,7 +48,8 @@ class PretrainingData:
     self.batch_size = self.global_batch // process_count
     self.prefetch = int(d.prefetch)
     self._train, self._eval = train, eval_split
-    self._sampler = Sampler(len(train.instances), self.global_batch, self.seed)
+    self.num_train_examples = len(train.instances)
+    self._sampler = Sampler(self.num_train_examples, self.global_batch, self.seed)
 
   def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
     """Endless host batches from `state` (None: the start); `it.state()` is the resume point."""

@@ -273,7 +273,8 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
   else:
     cached = None
     if cache_dir:
-      key = cache.digest({'corpus': d.corpus, 'vocab_size': d.vocab_size, 'version': 1,
+      # Fine-tuning configs have no data.corpus: their texts are all in `documents`.
+      key = cache.digest({'corpus': d.get('corpus'), 'vocab_size': d.vocab_size, 'version': 1,
                           'documents': cache.digest(documents)})
       cached = os.path.join(cache_dir, f'spm-{key}.model')
     if cached and os.path.exists(cached):

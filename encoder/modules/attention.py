@@ -1,13 +1,17 @@
-"""Multi-head self-attention over the full score matrix, masked only by padding (or causally)."""
+"""Multi-head self-attention over the full score matrix, masked only by padding (or causally).
+
+Shape letters: see `encoder.modules`.
+"""
 
 from __future__ import annotations
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from encoder.modules import matmul
-from encoder.modules.common import compute_dtype, kernel_init, zeros_init
+from encoder.modules.common import compute_dtype, zeros_init
 from encoder.modules.config import ModelConfig
 
 
@@ -26,28 +30,36 @@ def attention_mask(input_mask: jax.Array, kind: str) -> jax.Array:
 
 
 class _Projection(nn.Module):
-  """The kernel [hidden, heads, head_dim] and bias of one of Q, K, V, created but not applied.
+  """A kernel between the hidden axis and the (heads, head_dim) axes, and its bias, created but
+  not applied: [m, h, d] for Q, K and V (`into_heads`), [h, d, m] for the output.
 
   They are the parameters `nn.DenseGeneral` would make under the same name (same shapes, axes,
-  initial values), so checkpoints and the Hugging Face mapping see `query`, `key`, `value` as
-  before, while `SelfAttention` multiplies by all three at once.
+  initial values), so checkpoints and the Hugging Face mapping see `query`, `key`, `value` and
+  `out` as before, while `SelfAttention` multiplies by Q, K and V at once. DenseGeneral itself
+  is not used: its initialiser reshapes a logically boxed kernel, which fails once the mesh
+  strategy's logical-axis rules are in context.
   """
   config: ModelConfig
+  into_heads: bool = True
 
   @nn.compact
   def __call__(self) -> tuple[jax.Array, jax.Array]:
     cfg = self.config
-    shape = (cfg.num_heads, cfg.head_dim)
+    heads, hidden = (cfg.num_heads, cfg.head_dim), cfg.hidden_size
+    if self.into_heads:  # x [b, s, m] @ [m, h, d]
+      shape, axes, flat = (hidden, *heads), ('embed', 'heads', 'kv'), (hidden, np.prod(heads))
+      bias_shape, bias_axes = heads, ('heads', 'kv')
+    else:  # context [b, s, h, d] @ [h, d, m]
+      shape, axes, flat = (*heads, hidden), ('heads', 'kv', 'embed'), (np.prod(heads), hidden)
+      bias_shape, bias_axes = (hidden,), ('embed',)
 
     def init(key, full_shape, dtype=jnp.float32):
       # DenseGeneral draws its kernel as [in, out] and reshapes; so do we, for equal values.
-      flat = nn.initializers.truncated_normal(stddev=cfg.initializer_range)(
-          key, (full_shape[0], cfg.num_heads * cfg.head_dim), dtype)
-      return flat.reshape(full_shape)
+      return nn.initializers.truncated_normal(stddev=cfg.initializer_range)(
+          key, tuple(int(n) for n in flat), dtype).reshape(full_shape)
 
-    kernel = self.param('kernel', nn.with_logical_partitioning(init, ('embed', 'heads', 'kv')),
-                        (cfg.hidden_size, *shape), jnp.float32)
-    bias = self.param('bias', zeros_init(('heads', 'kv')), shape, jnp.float32)
+    kernel = self.param('kernel', nn.with_logical_partitioning(init, axes), shape, jnp.float32)
+    bias = self.param('bias', zeros_init(bias_axes), bias_shape, jnp.float32)
     return kernel, bias
 
 
@@ -89,8 +101,7 @@ class SelfAttention(nn.Module):
     else:
       query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [b, s, h, d] each
       context = jax.nn.dot_product_attention(query, key, value, mask=mask)
-    out = nn.DenseGeneral(
-        cfg.hidden_size, axis=(-2, -1), dtype=dtype, name='out',
-        kernel_init=kernel_init(cfg, ('heads', 'kv', 'embed')),
-        bias_init=zeros_init(('embed',)), dot_general=matmul.dot_general)(context)
+    out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
+    out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
+    out = out + out_bias.astype(dtype)
     return out, probs

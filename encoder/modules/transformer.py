@@ -1,4 +1,4 @@
-"""Encoder block, encoder stack and [CLS] pooler."""
+"""Encoder block, encoder stack and [CLS] pooler. Shape letters: see `encoder.modules`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from encoder.modules.attention import SelfAttention
 from encoder.modules.common import activation, dense, layer_norm
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
+
+# Logical layouts of the activations the mesh strategy pins (no-ops elsewhere): the residual
+# stream [b, s, m] and the MLP's hidden [b, s, f]. Pinning these few is enough for XLA to keep
+# every activation split by batch rather than by the weights' fsdp split.
+ACTIVATION = ('batch', 'length', 'embed')
+ACTIVATION_MLP = ('batch', 'length', 'mlp')
 
 
 class Mlp(nn.Module):
@@ -27,6 +33,7 @@ class Mlp(nn.Module):
     else:
       h = activation(cfg.activation, dense(cfg, cfg.intermediate_size, ('embed', 'mlp'),
                                            'intermediate')(x))
+    h = nn.with_logical_constraint(h, ACTIVATION_MLP)
     return dense(cfg, cfg.hidden_size, ('mlp', 'embed'), 'output')(h)
 
 
@@ -59,9 +66,9 @@ class EncoderBlock(nn.Module):
 
 @flax.struct.dataclass
 class EncoderOutput:
-  sequence_output: jax.Array  # [batch, seq, hidden]
-  pooled_output: jax.Array  # [batch, hidden]: dense + tanh of the [CLS] position
-  attention_probs: tuple[jax.Array, ...] | None = None  # per layer [batch, heads, seq, seq]
+  sequence_output: jax.Array  # [b, s, m]
+  pooled_output: jax.Array  # [b, m]: dense + tanh of the [CLS] position
+  attention_probs: tuple[jax.Array, ...] | None = None  # per layer [b, h, q, k]
 
 
 class Encoder(nn.Module):
@@ -87,10 +94,12 @@ class Encoder(nn.Module):
       segment_ids = jnp.zeros_like(input_ids)
     if input_mask is None:
       input_mask = jnp.ones_like(input_ids)
-    x = self.embeddings(input_ids, segment_ids, deterministic=deterministic)
+    x = nn.with_logical_constraint(
+        self.embeddings(input_ids, segment_ids, deterministic=deterministic), ACTIVATION)
     all_probs = []
     for layer in self.layers:
       x, probs = layer(x, input_mask, deterministic=deterministic, return_probs=return_probs)
+      x = nn.with_logical_constraint(x, ACTIVATION)
       all_probs.append(probs)
     if cfg.norm == 'pre':
       x = self.final_norm(x)

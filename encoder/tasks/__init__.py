@@ -1,9 +1,15 @@
 """Tasks: each is a model (encoder + head), a loss, metric sums and data.
 
-The trainer asks `get_task(config.task)` and never branches on which task it runs.
+The trainer asks `get_task(config.task)` for a module that follows the `Task` protocol and
+never branches on which task it runs. Adding a head is a module here plus an entry in `TASKS`
+(and an experiment file); the trainer does not change.
 """
 
+from __future__ import annotations
+
 import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from encoder.errors import ConfigError
 
@@ -13,7 +19,59 @@ TASKS = {'pretraining': 'encoder.tasks.pretraining',
          'span_qa': 'encoder.tasks.span_qa'}
 
 
-def get_task(name: str):
+class Task(Protocol):
+  """What the trainer, the evaluator and `launch.py --describe` use of a task module.
+
+  Losses are formed inside the compiled step from metric *sums*: `loss_denominators` are
+  summed over microbatches and devices first, so the loss is the same however the batch is
+  split; `reduce_metrics` divides once, on the host, when a window is logged.
+
+  The last three members are optional, and None in a task whose metrics are all sums: a task
+  with metrics that are not (F1, MCC, correlations, entity F1, EM) sets `predict` (per-example
+  outputs from the compiled step) and `evaluate` (scores the gathered predictions, returns
+  (metrics, records to write)); `write_predictions` adds its own files (e.g. SQuAD's).
+  """
+
+  def build_model(self, config) -> Any:
+    """The Flax module (encoder + head) from the resolved config."""
+
+  def dummy_batch(self, config, batch_size: int = 1) -> dict:
+    """Zeros of the batch's shapes, for initialisation and shape inference."""
+
+  def datasets(self, config, workdir: str, process_index: int = 0, process_count: int = 1):
+    """The data: `.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`,
+    `.num_train_examples` (None when unknown)."""
+
+  def resolved_fields(self, config, data) -> dict:
+    """The dotted config fields only the data knows (vocabulary size, labels)."""
+
+  def loss_denominators(self, batch: dict) -> dict:
+    """What each loss term is averaged over, for this batch."""
+
+  def loss_and_metrics(self, outputs: dict, batch: dict, denominators: dict | None = None
+                       ) -> tuple[Any, dict]:
+    """This batch's share of the loss, and metric sums and counts."""
+
+  def reduce_metrics(self, sums: dict) -> dict:
+    """Metric sums (over steps and devices) -> the reported values."""
+
+  predict: Callable[[dict, dict], dict] | None
+  evaluate: Callable[[Any, dict], tuple[dict, dict]] | None
+  write_predictions: Callable[[str, int, dict], None] | None
+
+
+MEMBERS = tuple(name for name in (*vars(Task), *Task.__annotations__)
+                if not name.startswith('_'))
+
+
+def get_task(name: str) -> Task:
+  """The task module `name`; ConfigError for an unknown name, TypeError for a module that
+  lacks a member of the protocol (set optional ones to None)."""
   if name not in TASKS:
     raise ConfigError(f"unknown task '{name}' (known: {', '.join(sorted(TASKS))})")
-  return importlib.import_module(TASKS[name])
+  module = importlib.import_module(TASKS[name])
+  missing = [member for member in MEMBERS if not hasattr(module, member)]
+  if missing:
+    raise TypeError(f'{TASKS[name]} does not follow encoder.tasks.Task: no '
+                    f'{", ".join(missing)}')
+  return module

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 
 from encoder.data import finetuning, finetuning_data, finetuning_tfds
-from encoder.errors import ConfigError, DataError
+from encoder.errors import DataError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.transformer import Encoder
@@ -169,15 +169,13 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
                                         process_index, process_count, {'labels': names})
 
 
-def resolve_config(config, data) -> None:
-  """Vocabulary size, and the label set (saved in config.json, so `classify` can name them)."""
-  common.resolve_vocab(config, data.tokenizer)
+def resolved_fields(config, data) -> dict:
+  """Vocabulary size, and the label set (num_labels 1: regression)."""
+  fields = common.vocab_fields(config, data.tokenizer)
   names = data.info['labels']
   if names is None:
-    config.data.num_labels = 1
-    return
-  if config.data.num_labels not in (None, len(names)):
-    raise ConfigError(f'data.num_labels={config.data.num_labels} but the data has '
-                      f'{len(names)} labels ({", ".join(names)})')
-  config.data.num_labels = len(names)
-  config.data.labels = ','.join(names)
+    return {**fields, 'data.num_labels': 1}
+  return {**fields, **common.label_fields(config, names)}
+
+
+write_predictions = None  # the evaluator's JSONL predictions are all there is

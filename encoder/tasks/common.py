@@ -1,4 +1,4 @@
-"""What the fine-tuning tasks share: vocabulary, label sets, eval-set names, dummy inputs."""
+"""What the tasks share: resolved vocabulary and label fields, eval-set names, dummy inputs."""
 
 from __future__ import annotations
 
@@ -6,14 +6,22 @@ from encoder.data.finetuning import split_list
 from encoder.errors import ConfigError, DataError
 
 
-def resolve_vocab(config, tokenizer) -> None:
-  """model.vocab_size from the tokenizer (as pretraining), refusing a smaller explicit one."""
-  vocab = tokenizer.vocab_size
-  if config.model.vocab_size is None:
-    config.model.vocab_size = vocab
-  elif config.model.vocab_size < vocab:
-    raise ConfigError(f'model.vocab_size={config.model.vocab_size} is smaller than the '
-                      f"tokenizer's vocabulary ({vocab})")
+def vocab_fields(config, tokenizer) -> dict:
+  """model.vocab_size from the tokenizer, refusing a smaller explicit one."""
+  vocab, given = tokenizer.vocab_size, config.model.vocab_size
+  if given is not None and given < vocab:
+    raise ConfigError(f'model.vocab_size={given} is smaller than the tokenizer\'s vocabulary '
+                      f'({vocab})')
+  return {'model.vocab_size': vocab if given is None else given}
+
+
+def label_fields(config, names: list[str], what: str = 'labels') -> dict:
+  """data.num_labels and data.labels from the label set the data has (saved in config.json,
+  so `classify` and `tag` can name them), refusing a different explicit count."""
+  if config.data.num_labels not in (None, len(names)):
+    raise ConfigError(f'data.num_labels={config.data.num_labels} but the data has '
+                      f'{len(names)} {what} ({", ".join(names)})')
+  return {'data.num_labels': len(names), 'data.labels': ','.join(names)}
 
 
 def label_ids(values: list, wheres: list[str], names: list[str]) -> list[int]:

@@ -12,8 +12,7 @@ import optax
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import MlmHead, NspHead
 from encoder.modules.transformer import Encoder
-
-METRICS = ('loss', 'mlm_loss', 'mlm_accuracy', 'nsp_loss', 'nsp_accuracy')
+from encoder.tasks.common import vocab_fields
 
 
 class BertForPretraining(nn.Module):
@@ -134,12 +133,10 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
                                 process_count=process_count)
 
 
-def resolve_config(config, data) -> None:
-  """Fills what only the data knows: the vocabulary size, from the tokenizer."""
-  vocab = data.tokenizer.vocab_size
-  if config.model.vocab_size is None:
-    config.model.vocab_size = vocab
-  elif config.model.vocab_size < vocab:
-    from encoder.errors import ConfigError
-    raise ConfigError(f'model.vocab_size={config.model.vocab_size} is smaller than the '
-                      f"tokenizer's vocabulary ({vocab})")
+def resolved_fields(config, data) -> dict:
+  """Vocabulary size, from the tokenizer."""
+  return vocab_fields(config, data.tokenizer)
+
+
+# No per-example predictions: every pretraining metric is a sum the eval step returns.
+predict = evaluate = write_predictions = None

@@ -182,5 +182,6 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   return data
 
 
-def resolve_config(config, data) -> None:
-  common.resolve_vocab(config, data.tokenizer)
+def resolved_fields(config, data) -> dict:
+  """Vocabulary size (the answer positions need no label set)."""
+  return common.vocab_fields(config, data.tokenizer)

@@ -18,7 +18,6 @@ import numpy as np
 import optax
 
 from encoder.data import finetuning, finetuning_data, finetuning_tfds
-from encoder.errors import ConfigError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
@@ -170,11 +169,10 @@ def _report_cut_words(sentences, positions, max_len: int) -> None:
         sum(n for _, n in cut), total, len(cut), cut[0][0].where, max_len)
 
 
-def resolve_config(config, data) -> None:
-  common.resolve_vocab(config, data.tokenizer)
-  names = data.info['labels']
-  if config.data.num_labels not in (None, len(names)):
-    raise ConfigError(f'data.num_labels={config.data.num_labels} but the data has '
-                      f'{len(names)} tags ({", ".join(names)})')
-  config.data.num_labels = len(names)
-  config.data.labels = ','.join(names)
+def resolved_fields(config, data) -> dict:
+  """Vocabulary size, and the tag set."""
+  return {**common.vocab_fields(config, data.tokenizer),
+          **common.label_fields(config, data.info['labels'], 'tags')}
+
+
+write_predictions = None  # the evaluator's JSONL predictions are all there is

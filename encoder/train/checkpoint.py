@@ -19,7 +19,6 @@ committed, so the earlier checkpoints stay.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -188,11 +187,6 @@ def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
   return jax.tree_util.tree_map_with_path(pick, fresh), kept_fresh
 
 
-ARCHITECTURE_FIELDS = ('size', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
-                       'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
-                       'attention', 'norm', 'activation', 'initializer_range', 'layer_norm_eps')
-
-
 def find_run_directory(path: str) -> str | None:
   """The workdir (holding config.json) that a checkpoint path belongs to, if any."""
   path = os.path.abspath(os.path.expanduser(path))
@@ -201,26 +195,3 @@ def find_run_directory(path: str) -> str | None:
     if os.path.isfile(os.path.join(candidate, 'config.json')):
       return candidate
   return None
-
-
-def inherit_from_init(config) -> list[str]:
-  """Takes the architecture and tokenizer of the `init_from` run, so its weights fit.
-
-  Fine-tuning swaps heads, not encoders: the layers, sizes, vocabulary and tokenizer must be
-  those the weights were trained with. Returns what changed, for the log.
-  """
-  run = find_run_directory(config.init_from)
-  if run is None:
-    return []
-  with open(os.path.join(run, 'config.json')) as f:
-    saved = json.load(f).get('model', {})
-  changed = []
-  for key in ARCHITECTURE_FIELDS:
-    if key in saved and saved[key] is not None and config.model.get(key) != saved[key]:
-      config.model[key] = saved[key]
-      changed.append(f'model.{key}={saved[key]!r}')
-  tokenizer_dir = os.path.join(run, 'tokenizer')
-  if not config.data.tokenizer and os.path.isdir(tokenizer_dir):
-    config.data.tokenizer = tokenizer_dir
-    changed.append(f'data.tokenizer={tokenizer_dir}')
-  return changed

@@ -1,7 +1,5 @@
-"""What the trainer needs beyond the step loop, for any task: run length, evaluation, best step.
+"""What the trainer needs beyond the step loop, for any task: evaluation and the best step.
 
-- `resolve_length`: `train.num_steps <= 0` means `train.num_epochs` passes over the data's
-  `num_train_examples`; `train.warmup_steps = None` means `train.warmup_fraction` of them.
 - `Evaluator`: metric sums from `eval_step` (reduced by `task.reduce_metrics`), or, for a task
   with `predict` + `evaluate` (metrics that are no sums: F1, MCC, correlations, entity F1),
   whole per-example predictions gathered on the host, scored by the task and written to
@@ -19,18 +17,6 @@ import os
 from encoder.errors import ConfigError
 
 
-def resolve_length(train, num_examples: int | None) -> None:
-  """Fills num_steps from num_epochs (a positive num_steps wins) and warmup from its fraction."""
-  if train.num_steps <= 0:
-    epochs = train.get('num_epochs') or 0
-    if epochs <= 0 or not num_examples:
-      raise ConfigError('train.num_steps must be positive (or set train.num_epochs for a task '
-                        'whose data has a known size)')
-    train.num_steps = max(1, math.ceil(epochs * num_examples / train.batch_size))
-  if train.get('warmup_steps') is None:
-    train.warmup_steps = round(float(train.get('warmup_fraction') or 0.0) * train.num_steps)
-
-
 class Evaluator:
   """`evaluator(replicated_state, step) -> metrics` over the data's eval batches."""
 
@@ -41,7 +27,7 @@ class Evaluator:
     self.enabled = enabled
     self.strategy = strategy
     self.batches = [self.strategy.place_batch(b) for b in data.eval_batches(num_batches)]
-    self.predict = self.strategy.predict_step(model, task) if hasattr(task, 'evaluate') else None
+    self.predict = None if task.evaluate is None else self.strategy.predict_step(model, task)
 
   def __call__(self, rstate, step: int) -> dict:
     if self.predict is None:
@@ -63,7 +49,7 @@ class Evaluator:
         for row in rows:
           f.write(json.dumps(row, ensure_ascii=False) + '\n')
       os.replace(path + '.tmp', path)
-    if hasattr(self.task, 'write_predictions'):  # extra formats, e.g. SQuAD's official files
+    if self.task.write_predictions is not None:  # extra formats, e.g. SQuAD's official files
       self.task.write_predictions(self.directory, step, records)
 
 

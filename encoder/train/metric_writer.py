@@ -71,9 +71,18 @@ def _step_of(line: str) -> int | None:
 
 
 def read_metrics(workdir: str, split: str | None = None) -> list[dict]:
-  """The records of `metrics.jsonl`, optionally of one split."""
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    records = [json.loads(line) for line in f if line.strip()]
+  """The records of the workdir's `metrics.jsonl` (none before its first write), optionally of
+  one split: the one reader for the trainer's tests, sweeps and their reports. A last line cut
+  short by a kill mid-write is left out (a resume drops it from the file too); a broken line
+  anywhere else is not the writer's doing and raises."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding='utf-8', errors='replace') as f:
+    lines = [line for line in f.read().split('\n') if line.strip()]
+  if lines and _step_of(lines[-1]) is None:
+    lines.pop()
+  records = [json.loads(line) for line in lines]
   return [r for r in records if split is None or r['split'] == split]
 
 

@@ -27,9 +27,12 @@ def learning_rate_schedule(train) -> optax.Schedule:
 
 
 def weight_decay_mask(params):
-  """True for the leaves weight decay applies to: kernels and embedding tables."""
+  """True for the leaves weight decay applies to: kernels and embedding tables. The leaf's
+  name is its last dict key: the mesh strategy also builds the optimizer on parameters still
+  in Flax's logical boxes, whose paths end in the box's `value`."""
   def decays(path, _):
-    return getattr(path[-1], 'key', None) not in NO_DECAY_LEAVES
+    names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return names[-1] not in NO_DECAY_LEAVES
   return jax.tree_util.tree_map_with_path(decays, params)
 
 

@@ -1,16 +1,19 @@
-"""Pure train and eval steps, shared by both parallel strategies.
+"""The train, eval and predict step bodies: pure functions, the same for both strategies.
 
-Under `pmap` (axis `batch`) a step sees one device's slice of the batch, and `axis_name` names
-the axis its sums run over. Under `jax.jit` with sharded arrays (`encoder.train.strategy`) the
-same body sees the global batch, `axis_name` is None and the sums over devices are implicit. Loss
-denominators (masked-token and sequence counts) are summed over microbatches and devices before
-the loss is formed, and gradients are summed, so one device and eight give the same update for
-the same global batch.
+`encoder.train.strategy` compiles them: under `pmap` a body sees one device's rows of the batch
+and `axis_name` is the pmap axis; under `jax.jit` over a mesh it sees the global batch (arrays
+that span every device) and `axis_name` is None. The only difference is in `_sum_over_devices`
+and `_device_rng`: under pmap, sums are `psum`-ed and each device folds its index into the
+dropout key; under jit the sums are whole already and one key draws for the global batch.
+
+Gradients are summed, not averaged, over devices and accumulation microbatches: each device's
+loss is its share of the global mean (its loss sums divided by the global denominators:
+masked tokens, sequences), so the sum of the shares' gradients is the gradient of the global
+mean, and one device and eight give the same update for the same global batch.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import flax.struct
@@ -19,7 +22,6 @@ import jax.numpy as jnp
 import optax
 
 from encoder.train import faults
-from encoder.train.parallel import AXIS
 
 
 @flax.struct.dataclass
@@ -35,6 +37,14 @@ def create_state(params, tx: optax.GradientTransformation, seed: int) -> TrainSt
                     rng=jax.random.key_data(jax.random.key(seed)))
 
 
+def _sum_over_devices(tree, axis_name: str | None):
+  return tree if axis_name is None else jax.lax.psum(tree, axis_name)
+
+
+def _device_rng(rng: jax.Array, axis_name: str | None) -> jax.Array:
+  return rng if axis_name is None else jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+
+
 def _split_microbatches(batch: dict, n: int) -> dict:
   """Microbatch i takes rows i, i+n, ...: a batch sharded over devices by rows then gives every
   device its share of every microbatch, with no data moved (the sums do not depend on the split).
@@ -43,18 +53,12 @@ def _split_microbatches(batch: dict, n: int) -> dict:
       lambda x: x.reshape((x.shape[0] // n, n) + x.shape[1:]).swapaxes(0, 1), batch)
 
 
-def _sum_over_devices(tree, axis_name: str | None):
-  """psum under pmap; under jit the arrays already span every device, so the sums are whole."""
-  return tree if axis_name is None else jax.lax.psum(tree, axis_name)
-
-
 def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
-               axis_name: str | None = AXIS, skip_nonfinite: bool = False):
+               axis_name: str | None = None, skip_nonfinite: bool = False):
   """One optimizer update; returns the new state and this step's metric sums (over devices),
   with the step's non-finite flag (see `faults`: a non-finite step is skipped when asked)."""
-  rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-  if axis_name is not None:  # each pmap device draws its own dropout; jit draws for the batch
-    rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+  rng = _device_rng(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step),
+                    axis_name)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
 
   def loss_fn(params, microbatch, dropout_rng):
@@ -83,7 +87,8 @@ def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_st
   return faults.guard_step(faults.step_is_finite(sums), new, state, sums, skip_nonfinite)
 
 
-def eval_step(params, batch: dict, *, model, task, axis_name: str | None = AXIS) -> dict:
+def eval_step(params, batch: dict, *, model, task, axis_name: str | None = None) -> dict:
+  """Metric sums of one eval batch, over devices."""
   outputs = model.apply({'params': params}, batch, deterministic=True)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
   _, sums = task.loss_and_metrics(outputs, batch, denominators)
@@ -94,17 +99,3 @@ def predict_step(params, batch: dict, *, model, task) -> dict:
   """Per-example outputs (`task.predict`), for metrics that need whole predictions."""
   outputs = model.apply({'params': params}, batch, deterministic=True)
   return task.predict(outputs, batch)
-
-
-def pmap_steps(model, task, tx, grad_accum_steps: int = 1, skip_nonfinite: bool = False):
-  """The jit-compiled, pmap-ed train step (state donated) and eval step."""
-  train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
-                                     grad_accum_steps=grad_accum_steps,
-                                     skip_nonfinite=skip_nonfinite),
-                   axis_name=AXIS, donate_argnums=(0,))
-  evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task), axis_name=AXIS)
-  return train, evaluate
-
-
-def pmap_predict(model, task):
-  return jax.pmap(functools.partial(predict_step, model=model, task=task), axis_name=AXIS)

@@ -1,13 +1,15 @@
-"""How the trainer places state and batches on devices: `pmap` (default) or a sharded `mesh`.
+"""How the trainer places state and batches on devices and compiles the steps: `pmap` (the
+default) or `jax.jit` over a sharded `mesh`.
 
-Both strategies run the same step bodies (`encoder.train.steps`); they differ only in where the
-arrays live and who sums over devices:
-  pmap   the state is copied to every local device; each device steps on its slice of the
-         batch and `psum` over the axis `batch` adds the gradients. Simple and fast while the
-         model and its optimizer state fit on one device.
-  mesh   `jax.jit` over a (data, fsdp, tensor) mesh; the arrays carry NamedShardings and XLA
-         inserts the collectives. With fsdp > 1 each device keeps 1/fsdp of the parameters and
-         optimizer state: the way to train a model that does not fit on one device.
+Both compile the same step bodies (`encoder.train.steps`); they differ only in where the arrays
+live (`encoder.train.sharding`) and in who sums over devices:
+  pmap   the state is copied to every local device; each device steps on its rows of the batch
+         and `psum` over the axis `batch` adds the gradients. Simple and fast while the model
+         and its optimizer state fit on one device.
+  mesh   `jax.jit` over a (data, fsdp, tensor) mesh; the arrays carry NamedShardings derived
+         from the modules' logical axis names, and XLA inserts the collectives. With fsdp > 1
+         each device keeps 1/fsdp of the parameters and optimizer state: the way to train a
+         model that does not fit on one device.
 Checkpoints hold whole arrays either way, so a run may resume under the other strategy.
 """
 
@@ -15,14 +17,20 @@ from __future__ import annotations
 
 import functools
 
+import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from encoder.errors import ConfigError
-from encoder.train import mesh as mesh_lib
-from encoder.train import parallel
-from encoder.train.steps import eval_step, pmap_predict, pmap_steps, predict_step, train_step
+from encoder.train import sharding
+from encoder.train.steps import create_state, eval_step, predict_step, train_step
+
+
+def init_params(model: nn.Module, batch: dict, seed: int) -> dict:
+  """Float32 parameters on the host, logical-axis boxes removed."""
+  variables = jax.jit(model.init)({'params': jax.random.key(seed)}, batch)
+  return jax.tree.map(np.asarray, nn.unbox(variables)['params'])
 
 
 class PmapStrategy:
@@ -31,26 +39,44 @@ class PmapStrategy:
   mesh_shape = None
 
   def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
-    return parallel.per_device_batch_size(global_batch, grad_accum_steps)
+    return sharding.per_device_batch_size(global_batch, jax.device_count(), grad_accum_steps)
 
-  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
-    return pmap_steps(model, task, tx, grad_accum_steps, skip_nonfinite)
+  def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
+    """A fresh state (or one around the given host `params`), copied to every device."""
+    if params is None:
+      params = init_params(model, dummy_batch, seed)
+    return sharding.replicate(create_state(params, tx, seed))
 
-  def predict_step(self, model, task):
-    return pmap_predict(model, task)
-
-  def place_state(self, state, model=None, dummy_batch=None):
-    return parallel.replicate(state)
-
-  def place_batch(self, batch: dict) -> dict:
-    return parallel.shard(batch)
+  def place_state(self, state):
+    return sharding.replicate(state)
 
   def to_checkpoint(self, placed):
     """Every process holds the same copy; Orbax writes numpy leaves from process 0 only."""
-    return parallel.unreplicate(placed)
+    return sharding.unreplicate(placed)
+
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
+    """The train step (state donated) and the eval step, pmap-ed over `sharding.AXIS`."""
+    axis = sharding.AXIS
+    train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
+                                       grad_accum_steps=grad_accum_steps, axis_name=axis,
+                                       skip_nonfinite=skip_nonfinite),
+                     axis_name=axis, donate_argnums=(0,))
+    evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task, axis_name=axis),
+                        axis_name=axis)
+    return train, evaluate
+
+  def predict_step(self, model, task):
+    return jax.pmap(functools.partial(predict_step, model=model, task=task),
+                    axis_name=sharding.AXIS)
+
+  def place_batch(self, batch: dict) -> dict:
+    return sharding.shard(batch)
 
   def sum_metrics(self, trees: list):
-    return parallel.sum_replicated(trees)
+    """Per-step trees of psum-ed (so replicated) arrays, added up on the host: one
+    `device_get` for the whole list, the only host sync of a log window or an evaluation."""
+    host = jax.device_get(trees)
+    return jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *host)
 
   def gather_predictions(self, outputs: list):
     """[devices, per_device, ...] per batch -> one host array per field, in eval-set order."""
@@ -68,61 +94,84 @@ class MeshStrategy:
   name = 'mesh'
 
   def __init__(self, parallel_config):
-    self.mesh_shape = mesh_lib.mesh_shape(parallel_config)
-    self.mesh = mesh_lib.make_mesh(self.mesh_shape)
-    self.rules = mesh_lib.logical_axis_rules(parallel_config)
+    self.mesh_shape = sharding.mesh_shape(parallel_config)
+    self.mesh = sharding.make_mesh(self.mesh_shape)
+    self.rules = sharding.logical_axis_rules(parallel_config)
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
-    self.batch_sharding = mesh_lib.batch_sharding(self.mesh)
-    self.state_shardings = None  # set by place_state, which sees the state's structure
+    self.batch_sharding = sharding.batch_sharding(self.mesh)
+    self.state_shardings = None  # set by lay_out, which sees the model and optimizer
 
   def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
     """Examples per batch shard: `tensor` devices share theirs, so only data x fsdp divide."""
     shards = self.mesh_shape['data'] * self.mesh_shape['fsdp']
-    if global_batch % (shards * grad_accum_steps):
-      raise ConfigError(
-          f'train.batch_size={global_batch} is not divisible by {shards} batch shards '
-          f'(mesh data x fsdp) x {grad_accum_steps} accumulation steps')
-    return global_batch // shards
+    return sharding.per_device_batch_size(global_batch, shards, grad_accum_steps)
 
-  def lay_out(self, state, model, dummy_batch: dict):
-    """Fixes the state's shardings from the logical axes `model` gives its parameters (the
-    state may be abstract: the memory benchmark compiles without allocating)."""
-    specs = mesh_lib.logical_specs(model, dummy_batch)
-    self.state_shardings = mesh_lib.state_shardings(state, specs, self.mesh, self.rules)
-    return self.state_shardings
+  def lay_out(self, model, tx, dummy_batch: dict):
+    """Fixes the state's shardings, as flax's lm1b does: the state built under `jax.eval_shape`
+    with the parameters' logical boxes kept (optax carries them into the moments), mapped
+    through the rules. Returns the abstract (unboxed) state: nothing is allocated."""
+    boxed = jax.eval_shape(lambda: create_state(
+        model.init({'params': jax.random.key(0)}, dummy_batch)['params'], tx, 0))
+    self.state_shardings = sharding.shardings_of(boxed, self.mesh, self.rules)
+    return nn.unbox(boxed)
 
-  def place_state(self, state, model, dummy_batch: dict):
-    return mesh_lib.put_global(state, self.lay_out(state, model, dummy_batch))
+  def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
+    """A fresh state created already sharded (no host copy), or one around host `params`."""
+    self.lay_out(model, tx, dummy_batch)
+    if params is not None:
+      return self.place_state(create_state(params, tx, seed))
+
+    def fresh():
+      variables = model.init({'params': jax.random.key(seed)}, dummy_batch)
+      return create_state(nn.unbox(variables)['params'], tx, seed)
+    return jax.jit(fresh, out_shardings=self.state_shardings)()
+
+  def place_state(self, state):
+    """Host arrays every process holds whole, or global arrays (a restored checkpoint), in
+    this layout."""
+    def one(x, where):
+      return jax.device_put(x, where) if isinstance(x, jax.Array) else sharding.put_global(
+          x, where)
+    return jax.tree.map(one, state, self.state_shardings)
+
+  def to_checkpoint(self, placed):
+    """The sharded global arrays themselves: each process writes the shards it owns."""
+    return placed
+
+  def _in_layout(self, fn):
+    """`fn` traced with the mesh and the logical-axis rules in context, so the modules'
+    `nn.with_logical_constraint` calls take effect (outside it, as under pmap, they do
+    nothing)."""
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+      with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh), \
+           nn.logical_axis_rules(self.rules):
+        return fn(*args, **kwargs)
+    return traced
 
   def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
     if self.state_shardings is None:
-      raise RuntimeError('MeshStrategy.place_state must run before steps (it fixes the layout)')
-    model = mesh_lib.BatchShardedModel(model, self.mesh)
+      raise RuntimeError('MeshStrategy.lay_out (or init_state) must run before steps')
     train = jax.jit(
-        functools.partial(train_step, model=model, task=task, tx=tx,
-                          grad_accum_steps=grad_accum_steps, axis_name=None,
-                          skip_nonfinite=skip_nonfinite),
+        self._in_layout(functools.partial(train_step, model=model, task=task, tx=tx,
+                                          grad_accum_steps=grad_accum_steps,
+                                          skip_nonfinite=skip_nonfinite)),
         in_shardings=(self.state_shardings, self.batch_sharding),
         out_shardings=(self.state_shardings, self.replicated), donate_argnums=(0,))
     evaluate = jax.jit(
-        functools.partial(eval_step, model=model, task=task, axis_name=None),
+        self._in_layout(functools.partial(eval_step, model=model, task=task)),
         in_shardings=(self.state_shardings.params, self.batch_sharding),
         out_shardings=self.replicated)
     return train, evaluate
 
   def predict_step(self, model, task):
     # Replicated outputs: every process sees the whole eval batch's predictions.
-    model = mesh_lib.BatchShardedModel(model, self.mesh)
-    return jax.jit(functools.partial(predict_step, model=model, task=task),
+    return jax.jit(self._in_layout(functools.partial(predict_step, model=model, task=task)),
                    in_shardings=(self.state_shardings.params, self.batch_sharding),
                    out_shardings=self.replicated)
 
   def place_batch(self, batch: dict) -> dict:
-    return mesh_lib.put_batch(batch, self.batch_sharding)
-
-  def to_checkpoint(self, placed):
-    """The sharded global arrays themselves: each process writes the shards it owns."""
-    return placed
+    return sharding.put_batch(batch, self.batch_sharding)
 
   def sum_metrics(self, trees: list):
     host = jax.device_get(trees)

@@ -11,21 +11,20 @@ import logging
 import os
 import signal
 
-import flax.linen as nn
 import jax
 import numpy as np
 
 from encoder import configs
 from encoder.errors import ConfigError
-from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import distributed, faults, workdir_lock
-from encoder.train.evaluation import BestMarker, Evaluator, resolve_length
+from encoder.train import resolve as resolve_lib
+from encoder.train.evaluation import BestMarker, Evaluator
 from encoder.train.metric_writer import MetricWriter, Progress
 from encoder.train.optim import learning_rate_schedule, make_optimizer
-from encoder.train.steps import TrainState, create_state
-from encoder.train.strategy import make_strategy
+from encoder.train.steps import TrainState
+from encoder.train.strategy import init_params, make_strategy
 
 log = logging.getLogger('encoder')
 
@@ -61,8 +60,8 @@ def check_workdir(config, workdir: str) -> dict | None:
   # The experiment first, as the most telling difference; fields unset here (filled from the
   # data) or absent there (added to the code since) do not count.
   for key in ['experiment', *configs.flatten_keys(current)]:
-    here = _get(current.to_dict(), key)
-    there = _get(saved, key)
+    here = configs.nested_get(current.to_dict(), key.split('.'))
+    there = configs.nested_get(saved, key.split('.'))
     resumable = key in RESUMABLE_KEYS or key.split('.')[0] in RESUMABLE_SECTIONS
     if resumable or here is None or there is None or here == there:
       continue
@@ -72,26 +71,12 @@ def check_workdir(config, workdir: str) -> dict | None:
   return saved
 
 
-def _get(tree: dict, dotted: str):
-  for part in dotted.split('.'):
-    if not isinstance(tree, dict) or part not in tree:
-      return None
-    tree = tree[part]
-  return tree
-
-
 def write_config(config, workdir: str) -> None:
   os.makedirs(workdir, exist_ok=True)
   tmp = os.path.join(workdir, 'config.json.tmp')
   with open(tmp, 'w') as f:
     f.write(configs.to_json(config))
   os.replace(tmp, os.path.join(workdir, 'config.json'))
-
-
-def init_params(model: nn.Module, batch: dict, seed: int) -> dict:
-  """Float32 parameters on the host, logical-axis boxes removed."""
-  variables = jax.jit(model.init)({'params': jax.random.key(seed)}, batch)
-  return jax.tree.map(np.asarray, nn.unbox(variables)['params'])
 
 
 class _StopRequest:
@@ -120,60 +105,60 @@ def train_and_evaluate(config, workdir: str) -> dict:
   distributed.initialize(config.parallel)
   workdir = os.path.abspath(workdir)
   task = get_task(config.task)
-  inherited = ckpt_lib.inherit_from_init(config) if config.init_from else []
-  saved = check_workdir(config, workdir)
+  inherited = resolve_lib.init_from_fields(config)
+  saved = check_workdir(resolve_lib.with_fields(config, inherited), workdir)
   if config.init_from and saved is None:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
-    for change in inherited:
-      log.info('From init_from %s: %s', config.init_from, change)
+    for key, value in inherited.items():
+      log.info('From init_from %s: %s=%r', config.init_from, key, value)
   with workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
-    return _train(config, workdir, task, saved)
+    return _train(config, workdir, task, fresh=saved is None)
 
 
-def _train(config, workdir: str, task, saved: dict | None) -> dict:
+def _train(config, workdir: str, task, fresh: bool) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
-  t = config.train
   strategy = make_strategy(config.parallel)
-  strategy.per_device_batch_size(t.batch_size, t.grad_accum_steps)  # fails early if indivisible
+  # Fails early if indivisible (the resolved batch size is the same).
+  strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
   is_main = distributed.is_main_process()
 
-  data = distributed.main_process_first(
-      lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
-  task.resolve_config(config, data)
-  resolve_length(t, getattr(data, 'num_train_examples', None))
-  config.model.update(resolved_fields(config.model))
+  data = distributed.main_process_first(lambda: task.datasets(
+      resolve_lib.with_fields(config, resolve_lib.init_from_fields(config)), workdir,
+      jax.process_index(), jax.process_count()))
+  config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
+  t = config.train
   if is_main:
     write_config(config, workdir)
   model = task.build_model(config)
   tx = make_optimizer(t)
-  params = init_params(model, task.dummy_batch(config), t.seed)
-  if config.init_from and saved is None:
-    loaded = ckpt_lib.load_params(config.init_from)
-    params, fresh = ckpt_lib.merge_init_from(params, loaded)
+  dummy = task.dummy_batch(config)
+  params = None  # a fresh state, created in place by the strategy
+  if config.init_from and fresh:
+    params, new = ckpt_lib.merge_init_from(init_params(model, dummy, t.seed),
+                                           ckpt_lib.load_params(config.init_from))
     log.info('Initialised from %s; freshly initialised: %s', config.init_from,
-             ', '.join(fresh) or 'nothing')
-  state = create_state(params, tx, t.seed)
+             ', '.join(new) or 'nothing')
+  rstate = strategy.init_state(model, tx, dummy, t.seed, params)
+  del params
 
   best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
   checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints, best_metric=best.metric)
-  train_like = {'step': state.step, 'opt_state': state.opt_state, 'rng': state.rng}
-  restored = checkpointer.restore_newest_readable(state.params, train_like)
-  data_state = None
+  like = strategy.to_checkpoint(rstate)  # the checkpoint's shapes (and, on a mesh, layout)
+  restored = checkpointer.restore_newest_readable(
+      like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
+  start, data_state = 0, None
   if restored is not None:
-    latest, params, train, data_state = restored
-    state = TrainState(step=train['step'], params=params, opt_state=train['opt_state'],
-                       rng=train['rng'])
-    log.info('Resuming from checkpoint at step %d in %s', latest, checkpointer.directory)
-  start = int(state.step)
-
-  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
+    start, params, train, data_state = restored
+    rstate = strategy.place_state(TrainState(step=train['step'], params=params,
+                                             opt_state=train['opt_state'], rng=train['rng']))
+    log.info('Resuming from checkpoint at step %d in %s', start, checkpointer.directory)
+  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(like.params))
+  del like
   log.info('%s parameters; %d steps', f'{num_params:,}', t.num_steps)
   log.info('%s', distributed.describe_layout(t.batch_size, strategy.name, strategy.mesh_shape))
-  for split, stats in getattr(data, 'stats', {}).items():
+  for split, stats in data.stats.items():
     log.info('data %s: %s', split, stats)
 
-  rstate = strategy.place_state(state, model, task.dummy_batch(config))
-  del state, params
   skip_nonfinite = bool(t.get('skip_nonfinite', False))
   train_step, eval_step = strategy.steps(model, task, tx, t.grad_accum_steps, skip_nonfinite)
   monitor = faults.NonfiniteMonitor(skip_nonfinite)

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from encoder import configs, convert
+from encoder import configs
 from encoder.data import corpora, finetuning
 from encoder.data.tokenizer import SPECIALS, WordPieceTokenizer, train_sentencepiece
 from encoder.errors import ConfigError, DataError, EncoderError
+from encoder.hf import convert
 from encoder.tasks import classification, common
 
 FAST = settings(max_examples=60, deadline=None,

@@ -11,7 +11,7 @@ import pytest
 import encoder
 from encoder import configs
 from encoder.errors import ConfigError
-from encoder.train.evaluation import resolve_length
+from encoder.train.resolve import length_fields
 from encoder.train.trainer import train_and_evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,15 +70,13 @@ def test_ner_smoke_learns_entities_and_tags_words(tmp_path):
 
 def test_epochs_set_the_length_unless_num_steps_is_positive():
   train = configs.load_experiment('classify_sst2').train
-  resolve_length(train, 1000)
-  assert (train.num_steps, train.warmup_steps) == (94, 9)  # ceil(3 * 1000 / 32), 10%
-  train = configs.load_experiment('classify_sst2').train
+  # ceil(3 * 1000 / 32) steps, 10% of them warmup
+  assert length_fields(train, 1000) == {'train.num_steps': 94, 'train.warmup_steps': 9}
   train.num_steps = 7
-  resolve_length(train, 1000)
-  assert (train.num_steps, train.warmup_steps) == (7, 1)
+  assert length_fields(train, 1000) == {'train.warmup_steps': 1}
   train.num_steps, train.num_epochs = 0, 0.0
   with pytest.raises(ConfigError, match='num_epochs'):
-    resolve_length(train, 1000)
+    length_fields(train, 1000)
 
 
 @pytest.mark.parametrize('exp,extra,message', [

@@ -5,6 +5,7 @@ The `corpus` and `cache_dir` fixtures live in tests/conftest.py, for every test 
 
 import os
 import re
+import sys
 from pydoc_data.topics import topics
 
 
@@ -27,5 +28,5 @@ def smoke_overrides(corpus: str, cache_dir: str, *extra: str) -> list[str]:
 
 def launch_cmd(workdir, corpus, cache_dir, *extra, exp='mlm_nsp_tiny:smoke') -> list[str]:
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  return ['python', os.path.join(root, 'launch.py'), '--exp', exp, '--workdir', str(workdir),
+  return [sys.executable, os.path.join(root, 'launch.py'), '--exp', exp, '--workdir', str(workdir),
           *(f'--config.{o}' for o in smoke_overrides(corpus, cache_dir, *extra))]

@@ -22,7 +22,7 @@ import pytest
 
 from encoder import checkpoint_files
 from encoder.errors import CheckpointError, ConfigError
-from encoder.train import faults, metric_writer, parallel, steps, workdir_lock
+from encoder.train import faults, metric_writer, sharding, steps, strategy, workdir_lock
 from encoder.train.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -177,13 +177,13 @@ def toy_run(skip: bool, ys: list[float]):
   """Per step: (params, opt_state, step counter, sums) after a pmap-ed train step on 8 devices."""
   model, tx = Toy(), optax.adam(0.1)
   params = jax.tree.map(np.asarray, model.init(jax.random.key(0), {'x': np.ones((1, 2))})['params'])
-  train, _ = steps.pmap_steps(model, ToyTask, tx, 1, skip)
-  rstate = parallel.replicate(steps.create_state(params, tx, 0))
+  train, _ = strategy.PmapStrategy().steps(model, ToyTask, tx, 1, skip)
+  rstate = sharding.replicate(steps.create_state(params, tx, 0))
   out = []
   for y in ys:
     batch = {'x': np.ones((8, 2), np.float32), 'y': np.full((8,), y, np.float32)}
-    rstate, sums = train(rstate, parallel.shard(batch))
-    host = parallel.unreplicate(rstate)
+    rstate, sums = train(rstate, sharding.shard(batch))
+    host = sharding.unreplicate(rstate)
     out.append((host.params, host.opt_state, int(host.step), jax.device_get(sums)))
   return out
 

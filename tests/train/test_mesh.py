@@ -1,6 +1,5 @@
 """The mesh strategy on 8 simulated devices: same updates as pmap, parameters split by FSDP."""
 
-import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -9,11 +8,9 @@ from encoder import configs
 from encoder.errors import ConfigError
 from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
-from encoder.train import mesh as mesh_lib
+from encoder.train import sharding
 from encoder.train.optim import make_optimizer
-from encoder.train.steps import create_state
 from encoder.train.strategy import make_strategy
-from encoder.train.trainer import init_params
 
 
 def tiny_setup(*overrides):
@@ -50,8 +47,7 @@ def run_steps(strategy_overrides, batches, accum: int = 1):
   """Losses of a few train steps and the final params (host numpy), under one strategy."""
   config, task, model, tx = tiny_setup(*strategy_overrides)
   strategy = make_strategy(config.parallel)
-  state = create_state(init_params(model, task.dummy_batch(config), 0), tx, 0)
-  placed = strategy.place_state(state, model, task.dummy_batch(config))
+  placed = strategy.init_state(model, tx, task.dummy_batch(config), 0)
   train_step, _ = strategy.steps(model, task, tx, accum)
   losses = []
   for batch in batches:
@@ -99,26 +95,25 @@ def test_fsdp_keeps_an_eighth_of_params_and_moments_per_device(pmap_run):
   batches, (*_, pmap_state) = pmap_run
   _, _, state = run_steps(MESHES['fsdp=8'], batches[:1])
   total = sum(x.nbytes for x in jax.tree.leaves(state.params))
-  fsdp = mesh_lib.bytes_per_device(state.params)
-  fsdp_all = mesh_lib.bytes_per_device((state.params, state.opt_state))
-  replicated = mesh_lib.bytes_per_device(pmap_state.params)
-  print(f'params {total:,} bytes; per device: pmap {sorted(set(replicated.values()))}, '
-        f'fsdp=8 {sorted(set(fsdp.values()))}; with Adam moments fsdp=8 '
-        f'{sorted(set(fsdp_all.values()))}')
-  assert len(fsdp) == 8 and all(v == total for v in replicated.values())
+  fsdp = sharding.bytes_per_device(state.params)
+  fsdp_all = sharding.bytes_per_device((state.params, state.opt_state))
+  replicated = sharding.bytes_per_device(pmap_state.params)
+  print(f'params {total:,} bytes; per device: pmap {replicated:,}, fsdp=8 {fsdp:,}; with '
+        f'Adam moments fsdp=8 {fsdp_all:,}')
+  assert replicated == total
   # An eighth, plus the few vectors (biases over `mlp`/`heads`) that fsdp does not split.
-  assert all(total / 8 <= v <= 1.1 * total / 8 for v in fsdp.values())
-  assert all(v <= 1.1 * 3 * total / 8 for v in fsdp_all.values())  # params + mu + nu
+  assert total / 8 <= fsdp <= 1.1 * total / 8
+  assert fsdp_all <= 1.1 * 3 * total / 8  # params + mu + nu
   kernel = state.params['encoder']['layer_0']['attention']['query']['kernel']
   assert kernel.sharding.spec[0] == 'fsdp'  # its `embed` axis
 
 
 def test_mesh_shape_fills_the_free_axis_and_refuses_a_wrong_product():
   config, *_ = tiny_setup('parallel.mesh_shape.fsdp=2')
-  assert mesh_lib.mesh_shape(config.parallel, 8) == {'data': 4, 'fsdp': 2, 'tensor': 1}
+  assert sharding.mesh_shape(config.parallel, 8) == {'data': 4, 'fsdp': 2, 'tensor': 1}
   config.parallel.mesh_shape.data = 3
   with pytest.raises(ConfigError, match='needs 6 devices; there are 8'):
-    mesh_lib.mesh_shape(config.parallel, 8)
+    sharding.mesh_shape(config.parallel, 8)
 
 
 def test_unknown_strategy_and_mesh_axis_are_config_errors():
@@ -127,7 +122,7 @@ def test_unknown_strategy_and_mesh_axis_are_config_errors():
     make_strategy(config.parallel)
   config.parallel.logical_axis_rules.embed = 'fdsp'
   with pytest.raises(ConfigError, match="unknown mesh axis 'fdsp'"):
-    mesh_lib.logical_axis_rules(config.parallel)
+    sharding.logical_axis_rules(config.parallel)
 
 
 @pytest.mark.slow
@@ -144,18 +139,16 @@ def test_trainer_on_fsdp_mesh_resumes_a_pmap_run_exactly(tmp_path, corpus, cache
 
 
 def test_fsdp_activations_take_no_more_memory_than_data_parallel():
-  # Without pinning activations to the batch layout, XLA spread the weights' fsdp split into
-  # the activations and the step's temporaries doubled (tiny BERT) or more (BERT-large).
+  # Without the activations' logical constraints, XLA spread the weights' fsdp split into the
+  # activations and the step's temporaries doubled (tiny BERT) or more (BERT-large).
   config, task, model, tx = tiny_setup('train.batch_size=64', 'parallel.strategy=mesh')
-  state = jax.eval_shape(lambda: create_state(nn.unbox(
-      model.init({'params': jax.random.key(0)}, task.dummy_batch(config)))['params'], tx, 0))
   batch = jax.eval_shape(lambda: task.dummy_batch(config, 64))
   temporaries = {}
   for name in ('data=8', 'fsdp=8'):
     config.parallel.mesh_shape.update(
         {'data': -1, 'fsdp': 1} if name == 'data=8' else {'data': 1, 'fsdp': -1})
     strategy = make_strategy(config.parallel)
-    strategy.lay_out(state, model, task.dummy_batch(config))
+    state = strategy.lay_out(model, tx, task.dummy_batch(config))
     train_step, _ = strategy.steps(model, task, tx, 1)
     memory = train_step.lower(state, batch).compile().memory_analysis()
     temporaries[name] = memory.temp_size_in_bytes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from encoder.configs import nested_get
 from encoder.errors import CheckpointError
 
 # (our path, HF name without the 'bert.' prefix, kind). Kinds: 'dense' transposes a Linear,
@@ -91,14 +92,6 @@ def _set(tree: dict, path: str, value) -> None:
   tree[leaf] = value
 
 
-def _get(tree: dict, path: str):
-  for key in path.split('/'):
-    if not isinstance(tree, dict) or key not in tree:
-      return None
-    tree = tree[key]
-  return tree
-
-
 def hf_to_ours(tensors: dict[str, np.ndarray], num_layers: int, num_heads: int
                ) -> tuple[dict, list[str]]:
   """HF state dict (any of BertModel / BertForMaskedLM / BertForPreTraining) -> our params.
@@ -146,7 +139,7 @@ def ours_to_hf(params: dict, num_layers: int) -> tuple[dict[str, np.ndarray], st
     entries += _NSP
   tensors = {}
   for ours, name, kind in entries:
-    value = _get(params, ours)
+    value = nested_get(params, ours.split('/'))
     if value is None:
       raise CheckpointError(f"the checkpoint lacks '{ours}': it is not a complete BERT model")
     tensors[name] = _to_hf(np.asarray(value), kind)

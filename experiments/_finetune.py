@@ -1,4 +1,4 @@
-"""The fine-tuning recipe every classify_* and ner_* experiment shares (Devlin et al., 2019).
+"""The fine-tuning recipe every classify_*, ner_* and qa_* experiment shares (Devlin et al., 2019).
 
 BERT's fine-tuning recipe: AdamW, batch 32, 3 epochs, 10% linear warmup then linear decay to
 0, weight decay 0.01, dropout 0.1, and a learning rate from {2e-5, 3e-5, 5e-5}: we default
@@ -16,13 +16,12 @@ init_from) in seconds: `python launch.py --exp classify_sst2:smoke`.
 
 from ml_collections import config_dict
 
-from experiments import _smoke_data, mlm_nsp_base
+from experiments import _common, _smoke_data, _variants
 
 
 def finetune_config(name: str, task: str) -> config_dict.ConfigDict:
-  """mlm_nsp_base's config with fine-tuning data fields and the fine-tuning recipe."""
-  c = mlm_nsp_base.base_config()
-  c.experiment, c.task = name, task
+  """The shared sections plus fine-tuning data fields and the fine-tuning recipe."""
+  c = _common.shared_config(name, task)
   c.init_from = 'runs/mlm_nsp_base'
   d = c.data
   d.tfds = ''  # a TFDS dataset (glue/sst2, conll2003); read only when data.train is ''
@@ -64,7 +63,7 @@ def glue_config(name: str, glue: str, num_labels: int, best_metric: str = 'accur
   return c
 
 
-# Local smoke data per experiment: (kind, eval sets, text columns, label column, header).
+# Local smoke data per kind of experiment: (text columns, label column, header).
 SMOKE_DATA = {
     'single': ('sentence', 'label', True), 'single_noheader': ('3', '1', False),
     'pair': ('0,1', '2', False), 'nli': ('premise,hypothesis', 'label', True),
@@ -73,12 +72,18 @@ SMOKE_DATA = {
 
 def smoke(c: config_dict.ConfigDict, kind: str, eval_sets: int = 1) -> config_dict.ConfigDict:
   """A tiny model trained from scratch on tiny local files (written now if absent)."""
-  mlm_nsp_base.smoke(c)
-  c.init_from = ''
+  from_scratch(c)
   c.data.train, c.data.eval = _smoke_data.smoke_files(kind, eval_sets)
   c.data.text_columns, c.data.label_column, c.data.header = SMOKE_DATA[kind]
   if kind == 'pair':
     c.data.labels = 'different,equivalent'
+  return c
+
+
+def from_scratch(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
+  """The fine-tuning half of every smoke variant: a tiny model from no checkpoint, one epoch."""
+  _common.shrink(c)
+  c.init_from = ''
   c.data.vocab_size = 256
   t = c.train
   t.num_steps, t.num_epochs, t.batch_size, t.learning_rate = 0, 1.0, 8, 1e-3
@@ -87,12 +92,6 @@ def smoke(c: config_dict.ConfigDict, kind: str, eval_sets: int = 1) -> config_di
   return c
 
 
-def apply_variants(c: config_dict.ConfigDict, arg: str | None, kind: str,
-                   eval_sets: int = 1) -> config_dict.ConfigDict:
-  for option in filter(None, (arg or '').split(',')):
-    if option == 'smoke':
-      smoke(c, kind, eval_sets)
-    else:
-      from encoder.errors import ConfigError
-      raise ConfigError(f"unknown variant '{option}' for experiment {c.experiment} (known: smoke)")
-  return c
+def variants(kind: str, eval_sets: int = 1) -> _variants.Variants:
+  """The variants of a classification or tagging experiment whose smoke data is `kind`."""
+  return {'smoke': lambda c: smoke(c, kind, eval_sets)}

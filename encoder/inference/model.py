@@ -10,25 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from encoder import inference_text as text_lib
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
-from encoder.checkpoint_files import restore_params as restore_params  # re-exported
 from encoder.errors import CheckpointError, DataError
+from encoder.inference import classification, span_qa, tagging
+from encoder.inference import text as text_lib
+from encoder.inference.heads import softmax
 
-# Task methods -> the config.task whose checkpoints have that head. A fine-tuning task plugs in
-# by adding `encoder/inference_<task>.py` with a function named like the method, taking the
-# loaded model first: e.g. `encoder/inference_classification.py: classify(model, texts)`.
-TASK_METHODS = {'classify': ('classification', 'classification'),
-                'tag': ('tagging', 'token tagging'),
-                'answer': ('span_qa', 'question answering')}
+
+class TaskMethod(NamedTuple):
+  """A `Model` method that needs a fine-tuned head: the config.task whose checkpoints have that
+  head, what to call the head in an error, and the function (taking the model first)."""
+  task: str
+  what: str
+  run: Callable
+
+
+# A fine-tuning task plugs in with a module in this package whose function takes the loaded
+# model first (e.g. `classification.classify(model, texts)`), a row here and a method below.
+TASK_METHODS = {'classify': TaskMethod('classification', 'classification',
+                                       classification.classify),
+                'tag': TaskMethod('tagging', 'token tagging', tagging.tag),
+                'answer': TaskMethod('span_qa', 'question answering', span_qa.answer)}
 _BATCH = 32  # rows per forward pass; a batch is padded up to a power of two below this
 
 
@@ -172,8 +182,7 @@ class Model:
     slots = np.zeros((1, text_lib.seq_bucket(len(positions), ids.shape[1])), np.int32)
     slots[0, :len(positions)] = positions
     logits = self._run(self._mlm, [ids, seg, mask, slots])[0, :len(positions)]
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
+    probs = softmax(logits)
     top = np.argsort(-probs, axis=-1, kind='stable')[:, :top_k]
     return [[(self.tokenizer.id_to_token(int(i)), float(p[i])) for i in row]
             for row, p in zip(top, probs, strict=True)]
@@ -188,7 +197,7 @@ class Model:
 
   def plot_attention(self, text: text_lib.Text, layer: int = -1, head: int | None = None):
     """A heatmap Figure of one layer's attention (head=None averages the heads)."""
-    from encoder.inference_plot import attention_figure
+    from encoder.inference.plot import attention_figure
     tokens, maps = self.attention_maps(text)
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers or (head is not None and not -heads <= head < heads):
@@ -199,16 +208,12 @@ class Model:
     return attention_figure(tokens, weights, f'layer {layer % layers}, {which}')
 
   def _task(self, method: str, *args):
-    task, what = TASK_METHODS[method]
+    task, what, run = TASK_METHODS[method]
     trained = self.config.get('task', 'pretraining')
     if trained != task:
       raise CheckpointError(f'this checkpoint has no {what} head (it was trained for {trained}); '
                             f'fine-tune with --config.init_from={self.workdir or self.path} first')
-    try:
-      module = importlib.import_module(f'encoder.inference_{task}')
-    except ModuleNotFoundError:
-      raise CheckpointError(f'this version of encoder cannot run {task} checkpoints') from None
-    return getattr(module, method)(self, *args)
+    return run(self, *args)
 
   def classify(self, texts: Sequence[text_lib.Text]):
     """Labels for texts or (a, b) pairs: needs a checkpoint fine-tuned for classification."""

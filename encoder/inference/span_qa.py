@@ -13,8 +13,7 @@ import numpy as np
 from encoder.data.squad import QAExample
 from encoder.data.squad_features import build_features
 from encoder.errors import DataError
-from encoder.inference_classification import encode_trimmed, head_logits
-from encoder.tasks.span_decoding import MASKED_LOGIT, decode_all, decode_options
+from encoder.inference.heads import encode_trimmed, head_logits
 
 
 def answer(model, question, context):
@@ -22,6 +21,8 @@ def answer(model, question, context):
   end logit), 'probability' (over the n-best answers), 'no_answer'}; a SQuAD 2.0 checkpoint
   also gives 'null_score_diff' and answers `no_answer=True` with text '' and start = end =
   None when the null answer wins. Lists of questions and contexts give a list."""
+  # Imported here: encoder.load imports nothing from encoder.tasks (the training side).
+  from encoder.tasks.span_decoding import MASKED_LOGIT, decode_all, decode_options
   single = isinstance(question, str)
   questions = [question] if single else list(question)
   contexts = [context] if isinstance(context, str) else list(context)

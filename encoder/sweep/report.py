@@ -6,28 +6,24 @@ import csv
 import json
 import os
 
+from encoder.sweep.status import last_step, read_status
+from encoder.train.metric_writer import read_metrics
+
 MAIN_METRIC = {'pretraining': 'mlm_accuracy'}
 
 
 def collect(sweep_dir: str) -> list[dict]:
-  """One record per run directory: its status, overrides, final eval metrics and curve."""
+  """One record per attempted run directory: its status, overrides, final eval metrics and
+  curve. A run still training (or killed mid-write) is read as far as its metrics are whole."""
   records = []
   for name in sorted(os.listdir(sweep_dir)):
     workdir = os.path.join(sweep_dir, name)
-    status_path = os.path.join(workdir, 'run_status.json')
-    if not os.path.isfile(status_path):
+    record = read_status(workdir)
+    if not record:
       continue
-    with open(status_path) as f:
-      record = json.load(f)
-    record['eval_curve'], record['final'], record['steps'] = [], {}, 0
-    metrics_path = os.path.join(workdir, 'metrics.jsonl')
-    if os.path.exists(metrics_path):
-      with open(metrics_path) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-      evals = [r for r in lines if r['split'] == 'eval']
-      record['eval_curve'] = evals
-      record['final'] = evals[-1] if evals else {}
-      record['steps'] = max((r['step'] for r in lines), default=0)
+    evals = read_metrics(workdir, 'eval')
+    record['eval_curve'], record['final'] = evals, evals[-1] if evals else {}
+    record['steps'] = last_step(workdir)
     config_path = os.path.join(workdir, 'config.json')
     task = 'pretraining'
     if os.path.exists(config_path):
@@ -39,6 +35,8 @@ def collect(sweep_dir: str) -> list[dict]:
 
 
 def write_report(sweep_dir: str) -> list[dict]:
+  """Rewrites sweep.csv, sweep.md and sweep.png from the run directories; returns their records
+  (none, and nothing written, when no run was attempted yet)."""
   records = collect(sweep_dir)
   if not records:
     return records

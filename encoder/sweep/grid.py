@@ -1,0 +1,92 @@
+"""A sweep's grid: `--sweep` specs -> typed axes -> one list of overrides per run, and names.
+
+Values are parsed as the config field they set when the spec is read, so a misspelt key or a
+value of the wrong type is refused before any run starts, and two spellings of one value
+(`0.30`, `0.3`) name the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import re
+
+from ml_collections import config_dict
+
+from encoder import configs
+from encoder.errors import ConfigError
+
+
+def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment,
+                user_keys: frozenset = frozenset()) -> list[tuple[str, list]]:
+  """`KEY=V1,V2` -> [(KEY, [values typed like config.KEY])]; a bare NAME -> the experiment's
+  named sweep, typed the same way.
+
+  A named sweep may fix settings for all its runs (a key with one value, e.g. its step budget);
+  a key the user set with `--config.KEY=...` keeps the user's value instead.
+  """
+  if '=' in spec:
+    key, _, values = spec.partition('=')
+    texts = [v.strip() for v in values.split(',')]
+    if not values.strip() or any(not v for v in texts):
+      raise ConfigError(f"--sweep {spec}: give one or more comma-separated values, e.g. {key}=1,2")
+    axes = [(key.strip(), texts)]
+  else:
+    named = getattr(experiment, 'get_sweep', None)
+    if named is None:
+      raise ConfigError(f"--sweep {spec}: expected KEY=V1,V2 (the experiment names no sweeps)")
+    axes = [(key, values) for key, values in named(spec)
+            if not (len(values) == 1 and key in user_keys)]
+  return [(key, [_typed(config, key, str(text)) for text in texts]) for key, texts in axes]
+
+
+def _typed(config: config_dict.ConfigDict, key: str, text: str):
+  """`text` as `config.KEY` would hold it: set through the override parser (configs.parse_value
+  with the field's type) on a copy, so errors read as they do for `--config.KEY=...`."""
+  probe = copy.deepcopy(config)
+  configs.apply_override(probe, key, text)
+  return functools.reduce(getattr, key.split('.'), probe)
+
+
+def override_text(value) -> str:
+  """The override text that parses back to `value`: booleans as `true`/`false`."""
+  return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def expand(axes: list[tuple[str, list]]) -> list[list[str]]:
+  """The grid: every combination as a list of `KEY=VALUE` overrides."""
+  keys = [key for key, _ in axes]
+  if len(set(keys)) != len(keys):
+    raise ConfigError(f"--sweep names a key twice: {', '.join(keys)}")
+  return [[f'{key}={override_text(value)}' for key, value in zip(keys, combo, strict=True)]
+          for combo in itertools.product(*(values for _, values in axes))]
+
+
+def run_name(overrides: list[str], fixed: frozenset = frozenset()) -> str:
+  """`model.attention=causal` + `data.nsp=false` -> `attention=causal,nsp=false`: readable and
+  safe as a directory name. Keys in `fixed` (one value across the whole grid) are left out: they
+  tell the runs of one sweep nothing apart, and the report lists them with each run."""
+  parts = []
+  for item in overrides:
+    key, _, value = item.partition('=')
+    if key not in fixed:
+      parts.append(f"{key.split('.')[-1]}={value}")
+  return _safe(','.join(parts)) or 'default'
+
+
+def fixed_keys(axes: list[tuple[str, list]]) -> frozenset:
+  """Keys with a single value, when others vary: settings shared by every run of the grid."""
+  single = frozenset(key for key, values in axes if len(values) == 1)
+  return single if len(single) < len(axes) else frozenset()
+
+
+def sweep_dir_name(args) -> str:
+  """Default sweep directory: the experiment and the swept keys, e.g. `mlm_nsp_tiny-attention`."""
+  keys = [spec.partition('=')[0].split('.')[-1] for spec in args.sweep]
+  return _safe(f"{args.exp.replace(':', '-')}-{'-'.join(keys)}")
+
+
+def _safe(name: str) -> str:
+  """`name` with every character a directory name should not hold replaced by `_`."""
+  return re.sub(r'[^A-Za-z0-9_.,=+-]', '_', name)

@@ -1,0 +1,69 @@
+"""Ablation sweeps: the cross product of typed overrides, run one after another.
+
+Each run lives in `SWEEP_DIR/<overrides>/`, a normal workdir, so a sweep started again skips
+finished runs and resumes an interrupted one through the trainer's own resume. A failing run
+is recorded (`run_status.json`) and the others go on. After each run the report is rebuilt:
+`sweep.csv`, `sweep.md` and `sweep.png` (the main eval metric against step, one line per run).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+import traceback
+
+from encoder import configs
+from encoder.errors import EncoderError
+from encoder.sweep.grid import expand, fixed_keys, run_name
+from encoder.sweep.report import write_report
+from encoder.sweep.status import last_step, read_status, write_status
+
+log = logging.getLogger('encoder')
+
+
+def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
+              dry_run: bool = False) -> list[dict]:
+  """Runs (or lists) the grid; returns one status record per run."""
+  grid = expand(axes)
+  fixed = fixed_keys(axes)
+  names = [run_name(o, fixed) for o in grid]
+  if dry_run:
+    for name, overrides in zip(names, grid, strict=True):
+      print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")
+    return []
+  from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
+  setup_logging()
+  run_configs = []
+  for name, overrides in zip(names, grid, strict=True):  # all refused before any run starts
+    run_config = copy.deepcopy(config)
+    configs.apply_overrides(run_config, overrides)
+    check_workdir(run_config, os.path.join(sweep_dir, name))
+    run_configs.append(run_config)
+  os.makedirs(sweep_dir, exist_ok=True)
+  for name, overrides, run_config in zip(names, grid, run_configs, strict=True):
+    workdir = os.path.join(sweep_dir, name)
+    status = read_status(workdir)
+    if status.get('status') == 'done' and last_step(workdir) >= run_config.train.num_steps:
+      log.info('sweep: %s finished already, skipped', name)
+      continue
+    log.info('sweep: %s (%s)', name, ' '.join(overrides))
+    start = time.time()
+    record = {'name': name, 'overrides': overrides, 'experiment': spec}
+    try:
+      train_and_evaluate(run_config, workdir)
+      finished = last_step(workdir) >= run_config.train.num_steps
+      record['status'] = 'done' if finished else 'interrupted'
+    except EncoderError as e:
+      record.update(status='failed', error=str(e))
+    except Exception as e:  # noqa: BLE001 - one broken run must not stop the sweep
+      record.update(status='failed', error=f'{type(e).__name__}: {e}'.split('\n')[0])
+      log.error('sweep: %s failed\n%s', name, traceback.format_exc())
+    record['wall_clock_s'] = round(status.get('wall_clock_s', 0) + time.time() - start, 1)
+    write_status(workdir, record)
+    write_report(sweep_dir)
+    if record['status'] == 'interrupted':
+      log.info('sweep stopped during %s; run the same command to resume', name)
+      break
+  return write_report(sweep_dir)  # also when every run was finished already

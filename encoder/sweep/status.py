@@ -1,0 +1,35 @@
+"""What a sweep run's workdir says about it: its status record (`run_status.json`, written by
+the runner after each attempt, read by the runner to skip and by the report) and its last step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from encoder.train.metric_writer import read_metrics
+
+STATUS_FILE = 'run_status.json'
+
+
+def read_status(workdir: str) -> dict:
+  """The run's last status record; {} for a run never attempted."""
+  path = os.path.join(workdir, STATUS_FILE)
+  if not os.path.isfile(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_status(workdir: str, record: dict) -> None:
+  """Replaces the status record atomically, so a kill never leaves half of one."""
+  os.makedirs(workdir, exist_ok=True)
+  tmp = os.path.join(workdir, STATUS_FILE + '.tmp')
+  with open(tmp, 'w') as f:
+    json.dump(record, f, indent=2)
+  os.replace(tmp, os.path.join(workdir, STATUS_FILE))
+
+
+def last_step(workdir: str) -> int:
+  """The newest step in metrics.jsonl; 0 before the first write."""
+  return max((r['step'] for r in read_metrics(workdir)), default=0)

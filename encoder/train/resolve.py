@@ -1,0 +1,87 @@
+"""The run's final config, resolved once before training: what `config.json` holds.
+
+An experiment leaves some fields for the run to fill:
+  init_from  the architecture (`model.*`) and tokenizer (`data.tokenizer`) of the run the
+             weights come from: fine-tuning swaps heads, not encoders;
+  the task   what only the data knows: the vocabulary size, the label names and their count
+             (`task.resolved_fields`);
+  lengths    `train.num_steps <= 0` means `train.num_epochs` passes over the training
+             examples; `train.warmup_steps = None` means `train.warmup_fraction` of the run;
+  model      every field the size preset fills, written out in numbers (what `encoder.load`
+             rebuilds the model from).
+`resolve` returns a new config with all of them. Nothing changes a config after it: the
+trainer, the steps and the evaluator read the resolved one, and `config.json` is a copy of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from typing import Any
+
+from ml_collections import config_dict
+
+from encoder.errors import ConfigError
+from encoder.modules.config import resolved_fields
+from encoder.train.checkpoint import find_run_directory
+
+# The fields an `init_from` run dictates: its weights only fit an encoder of its own shape.
+ARCHITECTURE_FIELDS = ('size', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
+                       'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
+                       'attention', 'norm', 'activation', 'initializer_range', 'layer_norm_eps')
+
+
+def with_fields(config: config_dict.ConfigDict, fields: dict[str, Any]
+                ) -> config_dict.ConfigDict:
+  """A copy of `config` with the dotted `fields` set (the original is left as it is)."""
+  config = copy.deepcopy(config)
+  for key, value in fields.items():
+    *parents, leaf = key.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  return config
+
+
+def init_from_fields(config) -> dict[str, Any]:
+  """The architecture and tokenizer of the `init_from` run where they differ from `config`
+  (empty without init_from, or for a bare checkpoint with no run directory around it)."""
+  run = find_run_directory(config.init_from) if config.init_from else None
+  if run is None:
+    return {}
+  with open(os.path.join(run, 'config.json')) as f:
+    saved = json.load(f).get('model', {})
+  fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
+            if saved.get(key) is not None and config.model.get(key) != saved[key]}
+  tokenizer_dir = os.path.join(run, 'tokenizer')
+  if not config.data.tokenizer and os.path.isdir(tokenizer_dir):
+    fields['data.tokenizer'] = tokenizer_dir
+  return fields
+
+
+def length_fields(train, num_examples: int | None) -> dict[str, int]:
+  """num_steps from num_epochs (a positive num_steps wins), warmup from its fraction."""
+  fields = {}
+  num_steps = train.num_steps
+  if num_steps <= 0:
+    epochs = train.get('num_epochs') or 0
+    if epochs <= 0 or not num_examples:
+      raise ConfigError('train.num_steps must be positive (or set train.num_epochs for a task '
+                        'whose data has a known size)')
+    num_steps = fields['train.num_steps'] = max(1, math.ceil(
+        epochs * num_examples / train.batch_size))
+  if train.get('warmup_steps') is None:
+    fields['train.warmup_steps'] = round(float(train.get('warmup_fraction') or 0.0) * num_steps)
+  return fields
+
+
+def resolve(config, task, data) -> config_dict.ConfigDict:
+  """The final config of a run of `task` on `data` (built from `with_fields(config,
+  init_from_fields(config))`); `config` is the experiment with the user's overrides."""
+  config = with_fields(config, init_from_fields(config))
+  config = with_fields(config, task.resolved_fields(config, data))
+  config = with_fields(config, length_fields(config.train, data.num_train_examples))
+  return with_fields(config, {f'model.{k}': v for k, v in resolved_fields(config.model).items()})
