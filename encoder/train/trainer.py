@@ -106,7 +106,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   workdir = os.path.abspath(workdir)
   task = get_task(config.task)
   inherited = resolve_lib.init_from_fields(config)
-  saved = check_workdir(resolve_lib.with_fields(config, inherited), workdir)
+  config = resolve_lib.with_fields(config, inherited)  # the data needs init_from's tokenizer
+  saved = check_workdir(config, workdir)
   if config.init_from and saved is None:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for key, value in inherited.items():
@@ -122,9 +123,8 @@ def _train(config, workdir: str, task, fresh: bool) -> dict:
   strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
   is_main = distributed.is_main_process()
 
-  data = distributed.main_process_first(lambda: task.datasets(
-      resolve_lib.with_fields(config, resolve_lib.init_from_fields(config)), workdir,
-      jax.process_index(), jax.process_count()))
+  data = distributed.main_process_first(
+      lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
   config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
   t = config.train
   if is_main:

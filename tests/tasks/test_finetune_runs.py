@@ -10,8 +10,6 @@ import pytest
 
 import encoder
 from encoder import configs
-from encoder.errors import ConfigError
-from encoder.train.resolve import length_fields
 from encoder.train.trainer import train_and_evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,17 +64,6 @@ def test_ner_smoke_learns_entities_and_tags_words(tmp_path):
   assert out[1]['words'] == ['Elena', 'visited'] and len(out[1]['tags']) == 2
   for entity in out[0]['entities']:
     assert entity['text'] == ' '.join(out[0]['words'][entity['start']:entity['end']])
-
-
-def test_epochs_set_the_length_unless_num_steps_is_positive():
-  train = configs.load_experiment('classify_sst2').train
-  # ceil(3 * 1000 / 32) steps, 10% of them warmup
-  assert length_fields(train, 1000) == {'train.num_steps': 94, 'train.warmup_steps': 9}
-  train.num_steps = 7
-  assert length_fields(train, 1000) == {'train.warmup_steps': 1}
-  train.num_steps, train.num_epochs = 0, 0.0
-  with pytest.raises(ConfigError, match='num_epochs'):
-    length_fields(train, 1000)
 
 
 @pytest.mark.parametrize('exp,extra,message', [

@@ -70,7 +70,7 @@ def test_squad_v2_smoke_reports_breakdowns_and_null_answers(tmp_path):
           'no_ans_f1', 'best_exact_match', 'best_exact_match_threshold', 'best_f1',
           'best_f1_threshold'} == set(metrics)
   assert metrics['best_f1'] >= metrics['f1'] - 1e-9  # threshold 0 is one of those tried
-  steps = config.train.num_steps
+  steps = json.loads((tmp_path / 'config.json').read_text())['train']['num_steps']  # resolved
   rows = _lines(tmp_path / 'predictions' / f'eval_step{steps}.jsonl')
   odds = json.load(open(tmp_path / 'predictions' / f'eval_step{steps}_null_odds.json'))
   assert len(rows) == 20 and len(odds) == 20  # 16 answerable + 4 unanswerable questions

@@ -1,5 +1,6 @@
 """Optimizer pieces: BERT's weight-decay mask and the learning-rate schedules."""
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -49,10 +50,26 @@ def test_schedules_warm_up_then_follow_their_shape(schedule):
     assert values[60] == pytest.approx(0.5e-3, rel=1e-4)
 
 
-def test_lamb_and_unknown_names():
-  params = {'w': {'kernel': jnp.ones((3, 3))}}
-  tx = make_optimizer(train_config(optimizer='lamb'))
-  tx.update(params, tx.init(params), params)
+def test_lamb_scales_each_step_by_the_trust_ratio():
+  # LAMB (You et al., 2020) rescales each tensor's Adam-plus-decay update u to
+  # lr * ||w|| / ||u|| * u. With uniform weights and gradients every element of u is equal,
+  # so each element moves by exactly lr * |w|: a step proportional to the weight, whatever
+  # the gradient, the decay or the clipping. AdamW moves it by lr * (~1 + decay * w).
+  params = {'w': {'kernel': jnp.full((3, 3), 3.0), 'bias': jnp.full(3, 4.0)}}
+  grads = jax.tree.map(jnp.ones_like, params)
+  stepped = {}
+  for name in ('lamb', 'adamw'):
+    tx = make_optimizer(train_config(optimizer=name, warmup_steps=0, schedule='constant'))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    stepped[name] = optax.apply_updates(params, updates)['w']
+  np.testing.assert_allclose(stepped['lamb']['kernel'], 3.0 * (1 - 1e-3), rtol=1e-6)
+  np.testing.assert_allclose(stepped['lamb']['bias'], 4.0 * (1 - 1e-3), rtol=1e-6)
+  # AdamW: the kernel's decay (0.5 * 3) adds to the unit Adam step; the bias takes no decay.
+  np.testing.assert_allclose(stepped['adamw']['kernel'], 3.0 - 1e-3 * 2.5, rtol=1e-5)
+  np.testing.assert_allclose(stepped['adamw']['bias'], 4.0 - 1e-3, rtol=1e-5)
+
+
+def test_unknown_optimizer_and_schedule_names():
   with pytest.raises(ConfigError, match='adamw, lamb'):
     make_optimizer(train_config(optimizer='sgdx'))
   with pytest.raises(ConfigError, match='linear, cosine, constant'):

@@ -22,7 +22,10 @@ from tests.train.conftest import launch_cmd, smoke_overrides
 def train(workdir, corpus, cache_dir, *extra, exp='mlm_nsp_tiny:smoke'):
   config = configs.load_experiment(exp)
   configs.apply_overrides(config, smoke_overrides(corpus, cache_dir, *extra))
-  return train_and_evaluate(config, str(workdir))
+  given = configs.to_json(config)
+  metrics = train_and_evaluate(config, str(workdir))
+  assert configs.to_json(config) == given  # the run resolves a copy; the caller's is untouched
+  return metrics
 
 
 def losses(workdir, split='train'):
