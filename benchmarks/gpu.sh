@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# BERT-base pretraining step on one GPU: seq 128, bfloat16 compute, throughput and MFU against
-# this GPU's bf16 matmul ceiling measured in the same run. Needs only JAX with CUDA and this
-# repository (no network, no torch). A few minutes: two compiles plus timed rounds.
+# BERT-base bf16 train step on one GPU beside Hugging Face's (benchmarks/gpu_step.py), prepared
+# for a short GPU slot with no network: Python 3.12 and the image's own jax (0.11, CUDA),
+# flax, optax, orbax, torch and transformers, plus the wheels in .whl/ for what the image
+# lacks (`bash benchmarks/gpu_wheels.sh` fetches them here). Under 6 minutes on an H200.
 #
-#   bash benchmarks/gpu.sh     # BATCH=256 STEPS=10 ROUNDS=3 DTYPES=bfloat16 by default
-#
-# The ceiling is an 8192 x 8192 x 8192 product: the FFN-shaped one the CPU run uses is too
-# small to keep a large GPU busy. One JSON line per configuration, then a table.
+#   bash benchmarks/gpu.sh              # on the GPU host
+#   bash benchmarks/gpu.sh --rehearse   # anywhere (CPU): tiny sizes, the same JSON lines
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c 'import jax; d = jax.devices(); assert d[0].platform == "gpu", d; print("#", d)'
-# One device: the pmap-ed step runs as on a one-GPU host (the global batch on that GPU).
-export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
-export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}"
-for dtype in ${DTYPES:-bfloat16}; do  # DTYPES="bfloat16 float32" adds the f32 run
-  python3 benchmarks/train_step.py --sizes base --seq 128 --batch "${BATCH:-256}" \
-    --dtype "$dtype" --steps "${STEPS:-10}" --rounds "${ROUNDS:-3}" \
-    --ceiling_shape 8192,8192,8192
-done
+if compgen -G '.whl/*.whl' > /dev/null; then  # carried wheels, never the image's own packages
+  site="${TMPDIR:-/tmp}/encoder-site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$site" .whl/*.whl
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ "${1:-}" = --rehearse ]; then
+  exec python3 benchmarks/gpu_step.py --rehearse
+fi
+python3 -c 'import jax; d = jax.devices(); assert d[0].platform == "gpu", d'
+export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"  # one GPU: the pmap-ed step on one
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.75}"  # torch's share
+exec python3 benchmarks/gpu_step.py

@@ -141,8 +141,9 @@ class Theirs:
         hidden_dropout_prob=m.dropout_rate, attention_probs_dropout_prob=m.attention_dropout_rate,
         layer_norm_eps=m.layer_norm_eps)
     self.torch = torch
+    self.device = 'cuda' if torch.cuda.is_available() else 'cpu'  # beside ours on a GPU host
     self.model = transformers.BertForPreTraining._from_config(hf, attn_implementation='sdpa')
-    self.model.train()
+    self.model.to(self.device).train()
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.learning_rate, betas=(t.b1, t.b2),
                                  eps=t.eps, weight_decay=t.weight_decay)
     self.clip = t.clip_norm
@@ -154,19 +155,22 @@ class Theirs:
                    'attention_mask': torch.from_numpy(batch['input_mask'].astype(np.int64)),
                    'labels': torch.from_numpy(labels),
                    'next_sentence_label': torch.from_numpy(batch['nsp_label'].astype(np.int64))}
+    self.inputs = {k: v.to(self.device) for k, v in self.inputs.items()}
     self.run(1)
 
   def run(self, steps: int) -> float:
     torch = self.torch
     start = time.perf_counter()
     for _ in range(steps):
-      with torch.autocast('cpu', dtype=torch.bfloat16, enabled=self.bf16):
+      with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16):
         loss = self.model(**self.inputs).loss
       loss.backward()
       if self.clip:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
       self.opt.step()
       self.opt.zero_grad(set_to_none=True)
+    if self.device == 'cuda':
+      torch.cuda.synchronize()  # the steps were queued; time them done
     return (time.perf_counter() - start) / steps
 
 

@@ -27,6 +27,7 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   m.max_position_embeddings = 512
   m.type_vocab_size = 2
   m.attention = 'bidirectional'  # bidirectional | causal
+  m.attention_impl = 'auto'  # auto | explicit | xla | cudnn: how scores are computed
   m.norm = 'post'  # post (BERT) | pre (pre-LN with a final LayerNorm)
   m.activation = 'gelu'  # gelu (exact erf) | gelu_tanh (original TF code) | geglu
   m.dtype = 'float32'  # compute dtype: float32 | bfloat16; params stay float32

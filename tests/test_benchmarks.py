@@ -70,3 +70,22 @@ def test_xla_flags_runs_each_flag_set_in_its_own_process(capsys):
   lines = _json_lines(capsys.readouterr().out)
   assert [line['flags'] for line in lines] == ['default', 'vector512']
   assert lines[0]['ratio'] == 1.0 and lines[1]['seq_per_s'] > 0
+
+
+def test_gpu_sh_rehearses_its_whole_run_on_cpu(tmp_path):
+  # The script a borrowed GPU slot runs, end to end in its own process on this CPU, so the
+  # first GPU run does not fail on a path, an import or a missing wheel.
+  import subprocess
+  import sys
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1',
+         'PATH': os.path.dirname(sys.executable) + os.pathsep + os.environ.get('PATH', '')}
+  out = subprocess.run(['bash', os.path.join(BENCHMARKS, 'gpu.sh'), '--rehearse'],
+                       capture_output=True, text=True, timeout=300, env=env)
+  assert out.returncode == 0, out.stderr[-2000:]
+  ceiling, *runs = _json_lines(out.stdout)
+  assert ceiling['ceiling_tflops'] > 0
+  assert [(r['batch'], r['attention_dropout']) for r in runs] == [(8, 0.1), (8, 0.0)]
+  assert {r['attention_impl'] for r in runs} == {'explicit'}  # auto on a CPU
+  assert all(r['seq_per_s'] > 0 and 0 < r['mfu'] for r in runs)
+  if not _torch_available():
+    assert 'Hugging Face half is skipped' in out.stdout

@@ -66,16 +66,16 @@ class _Projection(nn.Module):
 class SelfAttention(nn.Module):
   """Q/K/V and output projections with bias, scaled dot-product, dropout on the probabilities.
 
-  Q, K and V are one matmul against their three kernels stacked ([hidden, 3, heads, head_dim]):
-  one larger product keeps the CPU's matmul units busier than three, and the backward pass
-  sums the three input gradients inside that one product instead of adding three.
+  Q, K and V are one matmul against their three kernels stacked ([m, 3, h, d]): one larger
+  product keeps the CPU's matmul units busier than three, and the backward pass sums the
+  three input gradients inside that one product instead of adding three.
 
-  The fast path calls `jax.nn.dot_product_attention`, which backends with a fused kernel
-  replace by it. It cannot return probabilities or drop them out, so when either is needed
-  the scores are computed explicitly (same mathematics, float32 softmax) in the [batch, heads,
-  seq, head_dim] layout, where both products are plain batched matmuls. CPUs have no fused
-  kernel, and there the explicit form measured ~20% faster than the generic one (BERT-base
-  shapes, forward), so CPUs always take it.
+  `config.attention_impl` (made concrete by `model_config`, never by asking the backend here)
+  picks how scores are formed: `explicit` computes them with einsums in the [b, h, s, d] layout
+  (float32 softmax); `xla` calls `jax.nn.dot_product_attention` with no implementation named,
+  which is plain XLA (no fused kernel); `cudnn` asks it for cuDNN's fused kernel (NVIDIA GPUs
+  only). Only the explicit form returns probabilities or drops them out, so it is taken
+  whenever either is needed, whatever the implementation asked.
   """
   config: ModelConfig
 
@@ -91,7 +91,7 @@ class SelfAttention(nn.Module):
     mask = attention_mask(input_mask, cfg.attention)
     dropout_active = not deterministic and cfg.attention_dropout_rate > 0
     probs = None
-    if return_probs or dropout_active or jax.default_backend() == 'cpu':
+    if return_probs or dropout_active or cfg.attention_impl == 'explicit':
       query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # [b, h, s, d] each
       scores = jnp.einsum('bhqd,bhkd->bhqk', query, key) / jnp.sqrt(cfg.head_dim).astype(dtype)
       scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
@@ -100,7 +100,9 @@ class SelfAttention(nn.Module):
       context = jnp.einsum('bhqk,bhkd->bqhd', dropped.astype(dtype), value)
     else:
       query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [b, s, h, d] each
-      context = jax.nn.dot_product_attention(query, key, value, mask=mask)
+      context = jax.nn.dot_product_attention(
+          query, key, value, mask=mask,
+          implementation='cudnn' if cfg.attention_impl == 'cudnn' else None)
     out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
     out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
     out = out + out_bias.astype(dtype)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+
 from encoder.errors import ConfigError
 
 # (num_layers, hidden_size, num_heads) of the BERT family (Turc et al., 2019; Devlin et al., 2019).
@@ -20,6 +22,10 @@ ATTENTION_KINDS = ('bidirectional', 'causal')
 NORMS = ('post', 'pre')
 ACTIVATIONS = ('gelu', 'gelu_tanh', 'geglu')
 DTYPES = ('float32', 'bfloat16')
+# How attention is computed (the mathematics is the same): `explicit` forms the score matrix
+# with einsums (probabilities and dropout available); `xla` and `cudnn` call
+# `jax.nn.dot_product_attention` (plain XLA, or cuDNN's fused kernel on NVIDIA GPUs).
+ATTENTION_IMPLS = ('auto', 'explicit', 'xla', 'cudnn')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +39,7 @@ class ModelConfig:
   max_position_embeddings: int = 512
   type_vocab_size: int = 2
   attention: str = 'bidirectional'
+  attention_impl: str = 'explicit'  # never 'auto' here: `model_config` resolves it
   norm: str = 'post'
   activation: str = 'gelu'
   dtype: str = 'float32'
@@ -43,6 +50,7 @@ class ModelConfig:
 
   def __post_init__(self):
     for name, value, allowed in (('attention', self.attention, ATTENTION_KINDS),
+                                 ('attention_impl', self.attention_impl, ATTENTION_IMPLS[1:]),
                                  ('norm', self.norm, NORMS),
                                  ('activation', self.activation, ACTIVATIONS),
                                  ('dtype', self.dtype, DTYPES)):
@@ -57,13 +65,41 @@ class ModelConfig:
     return self.hidden_size // self.num_heads
 
 
-def model_config(model: Any, vocab_size: int | None = None) -> ModelConfig:
-  """Resolves `config.model` (a ConfigDict or dict) into a ModelConfig.
+def attention_impl(requested: str, platform: str, dtype: str, dropout_rate: float) -> str:
+  """`model.attention_impl`, with `auto` made concrete for `platform` (cpu, gpu/cuda, tpu).
+
+  auto: explicit on CPU (no fused kernel there, and the explicit form measured faster than
+  the XLA one); xla on TPU; cudnn on an NVIDIA GPU for bfloat16 without attention dropout
+  (the fused kernel has neither dropout nor probabilities); explicit otherwise.
+  """
+  if requested not in ATTENTION_IMPLS:
+    raise ConfigError(f"model.attention_impl='{requested}' is not one of "
+                      f"{', '.join(ATTENTION_IMPLS)}")
+  if requested != 'auto':
+    return requested
+  if platform == 'tpu':
+    return 'xla'
+  if platform in ('gpu', 'cuda') and dtype == 'bfloat16' and not dropout_rate:
+    return 'cudnn'
+  return 'explicit'
+
+
+def model_config(model: Any, vocab_size: int | None = None, platform: str | None = None
+                 ) -> ModelConfig:
+  """Resolves `config.model` (a ConfigDict or dict) into a ModelConfig, before any tracing.
 
   The size preset fills layers/hidden/heads; any field set explicitly wins; the intermediate
-  size defaults to 4 x hidden; the vocabulary defaults to `vocab_size` (the tokenizer's).
+  size defaults to 4 x hidden; the vocabulary defaults to `vocab_size` (the tokenizer's);
+  `attention_impl=auto` becomes the implementation for `platform` (default: this process's
+  JAX backend), so no module asks the backend while it is traced and a model can be built
+  for (and lowered to) a platform other than the local one.
   """
   fields = dict(model)
+  dropout = fields.get('attention_dropout_rate')
+  fields['attention_impl'] = attention_impl(
+      fields.get('attention_impl') or 'auto', platform or jax.default_backend(),
+      fields.get('dtype') or ModelConfig.dtype,
+      ModelConfig.attention_dropout_rate if dropout is None else dropout)
   size = fields.pop('size', 'base')
   if size not in SIZES:
     raise ConfigError(f"model.size='{size}' is not one of {', '.join(SIZES)}")
@@ -85,6 +121,9 @@ def model_config(model: Any, vocab_size: int | None = None) -> ModelConfig:
 
 def resolved_fields(model: Any, vocab_size: int | None = None) -> dict:
   """`config.model` with every field the preset or a default fills written out, so a saved
-  config.json states the architecture in numbers (what `encoder.load` rebuilds from)."""
+  config.json states the architecture in numbers (what `encoder.load` rebuilds from).
+  `attention_impl` stays as asked: it is a choice of the machine, not of the model, so a
+  checkpoint trained on a GPU with `auto` loads on a CPU with that machine's choice."""
   resolved = dataclasses.asdict(model_config(model, vocab_size))
+  resolved['attention_impl'] = dict(model).get('attention_impl') or 'auto'
   return {'size': dict(model).get('size', 'base'), **resolved}

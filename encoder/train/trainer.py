@@ -130,6 +130,8 @@ def _train(config, workdir: str, task, fresh: bool) -> dict:
   if is_main:
     write_config(config, workdir)
   model = task.build_model(config)
+  log.info('attention: %s (model.attention_impl=%s on %s)', model.config.attention_impl,
+           config.model.attention_impl, jax.default_backend())
   tx = make_optimizer(t)
   dummy = task.dummy_batch(config)
   params = None  # a fresh state, created in place by the strategy

@@ -1,5 +1,6 @@
 """Behaviour of the encoder: who sees whom, padding, dtypes, the two attention paths."""
 
+import functools
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder.modules.config import attention_impl, model_config
 from tests.modules.helpers import init_encoder, random_inputs, tiny_config
 
 
@@ -47,13 +49,61 @@ def test_padded_tokens_do_not_change_real_positions(attention):
   assert np.abs(np.asarray(out.sequence_output - base.sequence_output))[~real].max() > 1e-4
 
 
-def test_fused_and_explicit_attention_paths_agree_and_probs_are_masked():
+PADDED = jnp.array([[1] * 6 + [0] * 2, [1] * 8])
+
+
+@pytest.mark.parametrize('attention', ['bidirectional', 'causal'])
+@pytest.mark.parametrize('dtype,tol', [('float32', 1e-5), ('bfloat16', 3e-2)])
+def test_explicit_and_xla_attention_agree_in_values_and_gradients(attention, dtype, tol):
+  explicit, variables = init_encoder(tiny_config(attention=attention, dtype=dtype))
+  xla, _ = init_encoder(tiny_config(attention=attention, dtype=dtype, attention_impl='xla'))
+  ids, segments, _ = random_inputs()
+  real = PADDED[..., None].astype(jnp.float32)  # padding positions' outputs are never read
+
+  def loss(model, variables):
+    out = model.apply(variables, ids, segments, PADDED).sequence_output.astype(jnp.float32)
+    return jnp.sum(jnp.sin(out) * real)
+
+  values = {name: jax.jit(jax.value_and_grad(functools.partial(loss, model)))(variables)
+            for name, model in (('explicit', explicit), ('xla', xla))}
+  np.testing.assert_allclose(values['xla'][0], values['explicit'][0], rtol=tol, atol=tol)
+  scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(values['explicit'][1]))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=tol * scale),
+               values['xla'][1], values['explicit'][1])
+
+
+def test_attention_impl_picks_the_path_without_asking_the_backend(monkeypatch):
+  calls = []
+  original = jax.nn.dot_product_attention
+  monkeypatch.setattr(jax.nn, 'dot_product_attention',
+                      lambda *a, **k: calls.append(k.get('implementation')) or original(*a, **k))
+  monkeypatch.setattr(jax, 'default_backend', lambda: pytest.fail('backend asked in a module'))
+  ids, segments, _ = random_inputs()
+  for impl, probs, expected in (('xla', False, [None, None]), ('explicit', False, []),
+                                ('xla', True, [])):  # probabilities need the explicit form
+    model, variables = init_encoder(tiny_config(attention_impl=impl))
+    calls.clear()
+    model.apply(variables, ids, segments, PADDED, return_probs=probs)
+    assert calls == expected, (impl, probs)
+
+
+@pytest.mark.parametrize('platform,dtype,dropout,expected', [
+    ('cpu', 'bfloat16', 0.0, 'explicit'), ('tpu', 'float32', 0.1, 'xla'),
+    ('gpu', 'bfloat16', 0.0, 'cudnn'), ('cuda', 'bfloat16', 0.0, 'cudnn'),
+    ('gpu', 'bfloat16', 0.1, 'explicit'), ('gpu', 'float32', 0.0, 'explicit')])
+def test_auto_attention_impl_follows_platform_dtype_and_dropout(platform, dtype, dropout,
+                                                                expected):
+  assert attention_impl('auto', platform, dtype, dropout) == expected
+  assert attention_impl('xla', platform, dtype, dropout) == 'xla'  # an explicit choice stays
+  cfg = model_config({'size': 'tiny', 'vocab_size': 64, 'dtype': dtype,
+                      'attention_dropout_rate': dropout}, platform=platform)
+  assert cfg.attention_impl == expected
+
+
+def test_explicit_probs_are_masked():
   model, variables = init_encoder(tiny_config())
   ids, segments, _ = random_inputs()
-  mask = jnp.array([[1] * 6 + [0] * 2, [1] * 8])
-  fused = model.apply(variables, ids, segments, mask)
-  explicit = model.apply(variables, ids, segments, mask, return_probs=True)
-  np.testing.assert_allclose(fused.sequence_output, explicit.sequence_output, atol=1e-5)
+  explicit = model.apply(variables, ids, segments, PADDED, return_probs=True)
   assert len(explicit.attention_probs) == 2
   probs = np.asarray(explicit.attention_probs[0])
   assert probs.shape == (2, 4, 8, 8)

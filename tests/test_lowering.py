@@ -1,0 +1,106 @@
+"""The accelerator code paths, lowered for `cuda` and `tpu` from this CPU-only machine.
+
+`jax.export` lowers a jitted function for platforms other than the local one: what it accepts
+would compile there, with nothing of this host baked in. The pmap strategy's step is exported
+as what pmap builds from it, a `shard_map` over a one-axis `batch` mesh (8 simulated devices)
+under `jax.jit`; the mesh strategy's step is its own jit. Every export runs with
+`jax.default_backend` made to fail, so a module that asked the backend while being traced
+(instead of reading `model.attention_impl`, resolved before) fails here, and the lowered
+module must hold no host callback. cuDNN's fused attention cannot be lowered without cuDNN;
+`benchmarks/gpu.sh` exercises it on a GPU.
+"""
+
+import functools
+from unittest import mock
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from encoder import configs
+from encoder.modules.config import model_config, resolved_fields
+from encoder.modules.transformer import Encoder
+from encoder.tasks import get_task
+from encoder.train.optim import make_optimizer
+from encoder.train.steps import create_state, eval_step, train_step
+from encoder.train.strategy import MeshStrategy
+
+PLATFORMS = ('cuda', 'tpu')
+CALLBACKS = ('callback', 'host_compute')  # custom-call targets that would run Python on the host
+
+
+def setup(dtype: str, impl: str, *overrides: str):
+  config = configs.load_experiment('mlm_nsp_tiny:smoke')
+  configs.apply_overrides(config, [f'model.dtype={dtype}', f'model.attention_impl={impl}',
+                                   'model.attention_dropout_rate=0.0', 'train.batch_size=16',
+                                   *overrides])
+  config.model.vocab_size = config.data.vocab_size
+  config.model.update(resolved_fields(config.model))
+  task = get_task(config.task)
+  model, tx = task.build_model(config), make_optimizer(config.train)
+  state = jax.eval_shape(lambda: create_state(
+      nn.unbox(model.init(jax.random.key(0), task.dummy_batch(config)))['params'], tx, 0))
+  batch = jax.eval_shape(lambda: task.dummy_batch(config, config.train.batch_size))
+  return config, task, model, tx, state, batch
+
+
+def export(fn, *args) -> str:
+  """`fn` exported for cuda and tpu, traced while `jax.default_backend` refuses to answer."""
+  def refuse():
+    raise AssertionError('jax.default_backend() was called while tracing')
+  with mock.patch.object(jax, 'default_backend', refuse):
+    exported = jax.export.export(fn, platforms=PLATFORMS)(*args)
+  assert tuple(exported.platforms) == PLATFORMS
+  text = exported.mlir_module()
+  for word in CALLBACKS:
+    assert word not in text, f'a host callback ({word}) in the lowered module'
+  return text
+
+
+def pmap_as_shard_map(body, in_specs, out_specs):
+  """What `jax.pmap(body, axis_name='batch')` is: the body per device, over a `batch` mesh.
+
+  Unchecked replication (`check_vma=False`), as under pmap, which does not type it: the bf16
+  matmul's custom VJP returns each device's own weight gradient, summed by the step's psum."""
+  mesh = Mesh(np.array(jax.devices()[:8]), ('batch',))
+  return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                               check_vma=False))
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_pmap_train_and_eval_steps_lower_for_cuda_and_tpu(dtype):
+  _, task, model, tx, state, batch = setup(dtype, 'xla', 'train.grad_accum_steps=2')
+  train = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=2,
+                            axis_name='batch')
+  text = export(pmap_as_shard_map(train, (P(), P('batch')), (P(), P())), state, batch)
+  assert 'all-reduce' in text or 'all_reduce' in text  # the psum over devices
+  evaluate = functools.partial(eval_step, model=model, task=task, axis_name='batch')
+  export(pmap_as_shard_map(evaluate, (P(), P('batch')), P()), state.params, batch)
+
+
+def test_mesh_train_step_lowers_for_cuda_and_tpu():
+  config, task, model, tx, state, batch = setup(
+      'bfloat16', 'xla', 'parallel.strategy=mesh', 'parallel.mesh_shape.data=2',
+      'parallel.mesh_shape.fsdp=4')
+  strategy = MeshStrategy(config.parallel)
+  strategy.lay_out(model, tx, task.dummy_batch(config))
+  train, evaluate = strategy.steps(model, task, tx, 1)
+  text = export(train, state, batch)
+  assert 'sharding' in text  # the layout travels with the module
+  export(evaluate, state.params, batch)
+
+
+@pytest.mark.parametrize('impl', ['explicit', 'xla'])
+def test_encode_lowers_for_cuda_and_tpu(impl):
+  cfg = model_config({'size': 'tiny', 'vocab_size': 512, 'attention_impl': impl,
+                      'dtype': 'bfloat16'}, platform='cpu')
+  ids = jax.ShapeDtypeStruct((4, 32), jnp.int32)
+  encoder = Encoder(cfg)
+  params = jax.eval_shape(lambda: nn.unbox(encoder.init(jax.random.key(0),
+                                                        jnp.zeros((1, 32), jnp.int32))))
+  forward = jax.jit(lambda p, i, s, m: encoder.apply(p, i, s, m).sequence_output)
+  export(forward, params, ids, ids, ids)
