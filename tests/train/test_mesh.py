@@ -85,15 +85,23 @@ def test_mesh_gives_the_same_losses_and_params_as_pmap(mesh, pmap_run):
                params, pmap_params)
 
 
-def test_mesh_with_accumulation_matches_pmap(pmap_run):
-  batches, (pmap_losses, *_) = pmap_run
-  losses, *_ = run_steps(MESHES['fsdp=8'], batches, accum=2)
+@pytest.fixture(scope='module')
+def fsdp_accumulated_run(pmap_run):
+  """fsdp=8 with two accumulation microbatches, shared by the tests of its updates and of its
+  per-device memory."""
+  batches, _ = pmap_run
+  return run_steps(MESHES['fsdp=8'], batches, accum=2)
+
+
+def test_mesh_with_accumulation_matches_pmap(pmap_run, fsdp_accumulated_run):
+  _, (pmap_losses, *_) = pmap_run
+  losses, *_ = fsdp_accumulated_run
   np.testing.assert_allclose(losses, pmap_losses, rtol=2e-5)
 
 
-def test_fsdp_keeps_an_eighth_of_params_and_moments_per_device(pmap_run):
-  batches, (*_, pmap_state) = pmap_run
-  _, _, state = run_steps(MESHES['fsdp=8'], batches[:1])
+def test_fsdp_keeps_an_eighth_of_params_and_moments_per_device(pmap_run, fsdp_accumulated_run):
+  _, (*_, pmap_state) = pmap_run
+  *_, state = fsdp_accumulated_run
   total = sum(x.nbytes for x in jax.tree.leaves(state.params))
   fsdp = sharding.bytes_per_device(state.params)
   fsdp_all = sharding.bytes_per_device((state.params, state.opt_state))
