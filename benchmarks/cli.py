@@ -26,3 +26,13 @@ def print_machine(devices: bool = True) -> None:
     import jax
     where = f'devices: {jax.local_device_count()} x {jax.devices()[0].device_kind}; '
   print(f'# {where}load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs', flush=True)
+
+
+def print_table(results: list[dict], columns: list[tuple[str, str, str]]) -> None:
+  """A closing table of the JSON lines: (header, key, format spec) per column, right-aligned
+  to the header's width; a key a row lacks (no Hugging Face run) shows as nan."""
+  widths = [max(len(header), len(format(0.0, spec))) for header, _, spec in columns]
+  print('\n' + ' '.join(f'{h:>{w}}' for (h, _, _), w in zip(columns, widths, strict=True)))
+  for row in results:
+    print(' '.join(f'{format(row.get(key, float("nan")), spec):>{w}}'
+                   for (_, key, spec), w in zip(columns, widths, strict=True)))

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 
-from benchmarks.cli import print_machine  # noqa: E402
+from benchmarks.cli import print_machine, print_table  # noqa: E402
 from benchmarks.train_step import (  # noqa: E402
     Ceiling,
     bench_config,
@@ -62,13 +62,10 @@ def main(argv=None) -> list[dict]:
                 'platform': jax.default_backend(), **measure(plan['size'], run)}
       results.append(result)
       print(json.dumps(result), flush=True)
-  print(f'\n{"batch":>6} {"dropout":>7} {"impl":>8} {"seq/s":>9} {"MFU":>6} {"HF seq/s":>9} '
-        f'{"HF MFU":>7} {"ratio":>6}')
-  nan = float('nan')
-  for r in results:
-    print(f'{r["batch"]:>6} {r["attention_dropout"]:>7} {r["attention_impl"]:>8} '
-          f'{r["seq_per_s"]:9.1f} {r["mfu"]:6.1%} {r.get("torch_seq_per_s", nan):9.1f} '
-          f'{r.get("torch_mfu", nan):7.1%} {r.get("ratio", nan):6.2f}')
+  print_table(results, [('batch', 'batch', '>6'), ('dropout', 'attention_dropout', '>7'),
+                        ('impl', 'attention_impl', '>8'), ('seq/s', 'seq_per_s', '9.1f'),
+                        ('MFU', 'mfu', '6.1%'), ('HF seq/s', 'torch_seq_per_s', '9.1f'),
+                        ('HF MFU', 'torch_mfu', '7.1%'), ('ratio', 'ratio', '6.2f')])
   return results
 
 

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.cli import print_machine, shape_parser  # noqa: E402
+from benchmarks.cli import print_machine, print_table, shape_parser  # noqa: E402
 from encoder import configs  # noqa: E402
 from encoder.modules import matmul  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
@@ -239,13 +239,11 @@ def main(argv=None):
   for size in args.sizes.split(','):
     results.append(measure(size, args))
     print(json.dumps(results[-1]), flush=True)
-  print(f'\n{"size":>6} {"dtype":>8} {"seq/s":>8} {"tok/s":>8} {"MFU":>6} {"ceiling":>8} '
-        f'{"HF seq/s":>9} {"ratio":>6} {"compile":>8} {"RSS MB":>7}')
-  nan = float('nan')
-  for r in results:
-    print(f'{r["size"]:>6} {r["dtype"]:>8} {r["seq_per_s"]:8.2f} {r["tokens_per_s"]:8.0f} '
-          f'{r["mfu"]:6.1%} {r["ceiling_gflops"]:8.0f} {r.get("torch_seq_per_s", nan):9.2f} '
-          f'{r.get("ratio", nan):6.2f} {r["compile_s"]:8.1f} {r["peak_rss_mb"]:7.0f}')
+  print_table(results, [('size', 'size', '>6'), ('dtype', 'dtype', '>8'),
+                        ('seq/s', 'seq_per_s', '8.2f'), ('tok/s', 'tokens_per_s', '8.0f'),
+                        ('MFU', 'mfu', '6.1%'), ('ceiling', 'ceiling_gflops', '8.0f'),
+                        ('HF seq/s', 'torch_seq_per_s', '9.2f'), ('ratio', 'ratio', '6.2f'),
+                        ('compile', 'compile_s', '8.1f'), ('RSS MB', 'peak_rss_mb', '7.0f')])
   return results
 
 
