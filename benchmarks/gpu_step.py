@@ -57,10 +57,14 @@ def main(argv=None) -> list[dict]:
           ceiling_shape=plan['ceiling'], rounds=plan['rounds'], steps=plan['steps'],
           compare=compare)
       config = bench_config(plan['size'], plan['seq'], batch, 'bfloat16', 30522, overrides)
-      result = {'attention_dropout': dropout,
+      result = {'batch': batch, 'attention_dropout': dropout,
                 'attention_impl': task.build_model(config).config.attention_impl,
-                'platform': jax.default_backend(), **measure(plan['size'], run)}
-      results.append(result)
+                'platform': jax.default_backend()}
+      try:  # one failure (out of memory, say) must not cost a short GPU slot the other rows
+        result.update(measure(plan['size'], run))
+        results.append(result)
+      except Exception as e:  # noqa: BLE001 - reported as a JSON line, the run goes on
+        result['error'] = f'{type(e).__name__}: {str(e).splitlines()[0][:300]}'
       print(json.dumps(result), flush=True)
   print_table(results, [('batch', 'batch', '>6'), ('dropout', 'attention_dropout', '>7'),
                         ('impl', 'attention_impl', '>8'), ('seq/s', 'seq_per_s', '9.1f'),

@@ -90,7 +90,7 @@ def test_mesh_train_step_lowers_for_cuda_and_tpu():
   strategy.lay_out(model, tx, task.dummy_batch(config))
   train, evaluate = strategy.steps(model, task, tx, 1)
   text = export(train, state, batch)
-  assert 'sharding' in text  # the layout travels with the module
+  assert 'sharding_constraint' in text  # the activations' logical constraints, lowered
   export(evaluate, state.params, batch)
 
 

@@ -74,9 +74,10 @@ def load(path: str) -> Model:
   except DataError as e:
     raise CheckpointError(f"'{workdir}': unreadable tokenizer ({e})") from None
   vocab = config['model'].get('vocab_size') or tokenizer.vocab_size
-  # Inference never drops out; `attention_impl=auto` is then chosen for this machine on that.
-  cfg = model_config({**config['model'], 'dropout_rate': 0.0, 'attention_dropout_rate': 0.0},
-                     vocab)
+  # Inference never drops out, and attention is computed as suits this machine (`auto`),
+  # whatever the machine the checkpoint was trained on was told.
+  cfg = model_config({**config['model'], 'dropout_rate': 0.0, 'attention_dropout_rate': 0.0,
+                      'attention_impl': 'auto'}, vocab)
   _, params_dir, params = restore_newest_params(path)
   return Model(config, params, tokenizer, cfg, path=params_dir, workdir=workdir)
 

@@ -100,9 +100,11 @@ class SelfAttention(nn.Module):
       context = jnp.einsum('bhqk,bhkd->bqhd', dropped.astype(dtype), value)
     else:
       query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [b, s, h, d] each
+      # cuDNN takes a mask only as a bias of the scores' own shape: [b, 1, q, k], not the
+      # [b, 1, 1, k] that broadcasts; any mask (padding anywhere, causal) stays exact.
       context = jax.nn.dot_product_attention(
-          query, key, value, mask=mask,
-          implementation='cudnn' if cfg.attention_impl == 'cudnn' else None)
+          query, key, value, mask=jnp.broadcast_to(mask, (x.shape[0], 1, x.shape[1], x.shape[1])),
+          implementation=cfg.attention_impl)
     out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
     out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
     out = out + out_bias.astype(dtype)

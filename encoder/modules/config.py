@@ -65,6 +65,16 @@ class ModelConfig:
     return self.hidden_size // self.num_heads
 
 
+def local_platform() -> str:
+  """This process's JAX platform, with ROCm told apart from CUDA (both report 'gpu')."""
+  platform = jax.default_backend()
+  if platform == 'gpu':
+    client = getattr(jax.devices()[0], 'client', None)
+    if 'rocm' in str(getattr(client, 'platform_version', '')).lower():
+      return 'rocm'
+  return platform
+
+
 def attention_impl(requested: str, platform: str, dtype: str, dropout_rate: float) -> str:
   """`model.attention_impl`, with `auto` made concrete for `platform` (cpu, gpu/cuda, tpu).
 
@@ -75,11 +85,15 @@ def attention_impl(requested: str, platform: str, dtype: str, dropout_rate: floa
   if requested not in ATTENTION_IMPLS:
     raise ConfigError(f"model.attention_impl='{requested}' is not one of "
                       f"{', '.join(ATTENTION_IMPLS)}")
+  nvidia = platform in ('gpu', 'cuda')
+  if requested == 'cudnn' and not nvidia:
+    raise ConfigError(f"model.attention_impl='cudnn' needs an NVIDIA GPU (this is {platform}): "
+                      "use auto, explicit or xla")
   if requested != 'auto':
     return requested
   if platform == 'tpu':
     return 'xla'
-  if platform in ('gpu', 'cuda') and dtype == 'bfloat16' and not dropout_rate:
+  if nvidia and dtype == 'bfloat16' and not dropout_rate:
     return 'cudnn'
   return 'explicit'
 
@@ -97,7 +111,7 @@ def model_config(model: Any, vocab_size: int | None = None, platform: str | None
   fields = dict(model)
   dropout = fields.get('attention_dropout_rate')
   fields['attention_impl'] = attention_impl(
-      fields.get('attention_impl') or 'auto', platform or jax.default_backend(),
+      fields.get('attention_impl') or 'auto', platform or local_platform(),
       fields.get('dtype') or ModelConfig.dtype,
       ModelConfig.attention_dropout_rate if dropout is None else dropout)
   size = fields.pop('size', 'base')

@@ -33,6 +33,15 @@ def init_params(model: nn.Module, batch: dict, seed: int) -> dict:
   return jax.tree.map(np.asarray, nn.unbox(variables)['params'])
 
 
+def abstract_state(model, tx, dummy_batch: dict, boxed: bool = False):
+  """The train state's shapes and dtypes, nothing allocated; `boxed` keeps the parameters'
+  Flax logical boxes (optax carries them into the moments), which the mesh layout reads."""
+  def build():
+    params = model.init({'params': jax.random.key(0)}, dummy_batch)['params']
+    return create_state(params if boxed else nn.unbox(params), tx, 0)
+  return jax.eval_shape(build)
+
+
 class PmapStrategy:
   """Data parallelism with `jax.pmap` over the local devices of each process."""
   name = 'pmap'
@@ -46,6 +55,12 @@ class PmapStrategy:
     if params is None:
       params = init_params(model, dummy_batch, seed)
     return sharding.replicate(create_state(params, tx, seed))
+
+  def checkpoint_like(self, model, tx, dummy_batch: dict):
+    """What a checkpoint restores into: numpy zeros of the state's shapes (the host's lazily
+    mapped pages, nothing on a device), replicated once restored."""
+    return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),
+                        abstract_state(model, tx, dummy_batch))
 
   def place_state(self, state):
     return sharding.replicate(state)
@@ -110,16 +125,24 @@ class MeshStrategy:
     """Fixes the state's shardings, as flax's lm1b does: the state built under `jax.eval_shape`
     with the parameters' logical boxes kept (optax carries them into the moments), mapped
     through the rules. Returns the abstract (unboxed) state: nothing is allocated."""
-    boxed = jax.eval_shape(lambda: create_state(
-        model.init({'params': jax.random.key(0)}, dummy_batch)['params'], tx, 0))
+    boxed = abstract_state(model, tx, dummy_batch, boxed=True)
     self.state_shardings = sharding.shardings_of(boxed, self.mesh, self.rules)
     return nn.unbox(boxed)
+
+  def checkpoint_like(self, model, tx, dummy_batch: dict):
+    """Abstract arrays carrying this layout: Orbax restores each process's shards straight
+    into place, with no fresh state beside them."""
+    state = self.lay_out(model, tx, dummy_batch)
+    return jax.tree.map(lambda x, where: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where),
+                        state, self.state_shardings)
 
   def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
     """A fresh state created already sharded (no host copy), or one around host `params`."""
     self.lay_out(model, tx, dummy_batch)
-    if params is not None:
-      return self.place_state(create_state(params, tx, seed))
+    if params is not None:  # host arrays (init_from): placed, then the moments made in place
+      placed = sharding.put_global(params, self.state_shardings.params)
+      return jax.jit(lambda p: create_state(p, tx, seed),
+                     out_shardings=self.state_shardings)(placed)
 
     def fresh():
       variables = model.init({'params': jax.random.key(seed)}, dummy_batch)
@@ -127,8 +150,8 @@ class MeshStrategy:
     return jax.jit(fresh, out_shardings=self.state_shardings)()
 
   def place_state(self, state):
-    """Host arrays every process holds whole, or global arrays (a restored checkpoint), in
-    this layout."""
+    """A state in this layout from host arrays that every process holds whole, or from global
+    arrays (a restored checkpoint: already in place, so nothing moves)."""
     def one(x, where):
       return jax.device_put(x, where) if isinstance(x, jax.Array) else sharding.put_global(
           x, where)

@@ -33,7 +33,8 @@ log = logging.getLogger('encoder')
 RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
-    'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite'})
+    'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite',
+    'model.attention_impl'})  # how attention is computed: a choice of the machine
 RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
 
 
@@ -113,10 +114,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     for key, value in inherited.items():
       log.info('From init_from %s: %s=%r', config.init_from, key, value)
   with workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
-    return _train(config, workdir, task, fresh=saved is None)
+    return _train(config, workdir, task)
 
 
-def _train(config, workdir: str, task, fresh: bool) -> dict:
+def _train(config, workdir: str, task) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
   strategy = make_strategy(config.parallel)
   # Fails early if indivisible (the resolved batch size is the same).
@@ -134,18 +135,10 @@ def _train(config, workdir: str, task, fresh: bool) -> dict:
            config.model.attention_impl, jax.default_backend())
   tx = make_optimizer(t)
   dummy = task.dummy_batch(config)
-  params = None  # a fresh state, created in place by the strategy
-  if config.init_from and fresh:
-    params, new = ckpt_lib.merge_init_from(init_params(model, dummy, t.seed),
-                                           ckpt_lib.load_params(config.init_from))
-    log.info('Initialised from %s; freshly initialised: %s', config.init_from,
-             ', '.join(new) or 'nothing')
-  rstate = strategy.init_state(model, tx, dummy, t.seed, params)
-  del params
 
   best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
   checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints, best_metric=best.metric)
-  like = strategy.to_checkpoint(rstate)  # the checkpoint's shapes (and, on a mesh, layout)
+  like = strategy.checkpoint_like(model, tx, dummy)  # shapes (and layout), no device memory
   restored = checkpointer.restore_newest_readable(
       like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
   start, data_state = 0, None
@@ -154,6 +147,15 @@ def _train(config, workdir: str, task, fresh: bool) -> dict:
     rstate = strategy.place_state(TrainState(step=train['step'], params=params,
                                              opt_state=train['opt_state'], rng=train['rng']))
     log.info('Resuming from checkpoint at step %d in %s', start, checkpointer.directory)
+  else:  # a new run, or one stopped before its first checkpoint: init_from applies again
+    params = None  # a fresh state, created in place by the strategy
+    if config.init_from:
+      params, new = ckpt_lib.merge_init_from(init_params(model, dummy, t.seed),
+                                             ckpt_lib.load_params(config.init_from))
+      log.info('Initialised from %s; freshly initialised: %s', config.init_from,
+               ', '.join(new) or 'nothing')
+    rstate = strategy.init_state(model, tx, dummy, t.seed, params)
+  del params
   num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(like.params))
   del like
   log.info('%s parameters; %d steps', f'{num_params:,}', t.num_steps)

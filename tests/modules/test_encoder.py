@@ -4,11 +4,15 @@ import functools
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder.errors import ConfigError
+from encoder.modules.attention import _Projection
+from encoder.modules.common import kernel_init
 from encoder.modules.config import attention_impl, model_config
 from tests.modules.helpers import init_encoder, random_inputs, tiny_config
 
@@ -79,12 +83,56 @@ def test_attention_impl_picks_the_path_without_asking_the_backend(monkeypatch):
                       lambda *a, **k: calls.append(k.get('implementation')) or original(*a, **k))
   monkeypatch.setattr(jax, 'default_backend', lambda: pytest.fail('backend asked in a module'))
   ids, segments, _ = random_inputs()
-  for impl, probs, expected in (('xla', False, [None, None]), ('explicit', False, []),
+  for impl, probs, expected in (('xla', False, ['xla', 'xla']), ('explicit', False, []),
                                 ('xla', True, [])):  # probabilities need the explicit form
     model, variables = init_encoder(tiny_config(attention_impl=impl))
     calls.clear()
     model.apply(variables, ids, segments, PADDED, return_probs=probs)
     assert calls == expected, (impl, probs)
+
+
+def test_cudnn_gets_a_mask_of_the_scores_shape_with_the_same_meaning(monkeypatch):
+  # cuDNN is not on this machine: the call is taken over by XLA's, after checking what cuDNN
+  # would be handed (it refuses a [b, 1, 1, k] mask, which XLA broadcasts).
+  seen = []
+  original = jax.nn.dot_product_attention
+
+  def as_cudnn_would_get_it(query, key, value, *, mask, implementation):
+    seen.append((mask.shape, implementation))
+    return original(query, key, value, mask=mask, implementation='xla')
+
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', as_cudnn_would_get_it)
+  ids, segments, _ = random_inputs()
+  for attention in ('bidirectional', 'causal'):
+    explicit, variables = init_encoder(tiny_config(attention=attention))
+    cudnn, _ = init_encoder(tiny_config(attention=attention, attention_impl='cudnn'))
+    seen.clear()
+    got = cudnn.apply(variables, ids, segments, PADDED).sequence_output
+    assert seen == [((2, 1, 8, 8), 'cudnn')] * 2
+    want = explicit.apply(variables, ids, segments, PADDED).sequence_output
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_output_projection_keeps_dense_generals_parameters():
+  # Checkpoints and the Hugging Face mapping name `attention/out/{kernel,bias}` as
+  # nn.DenseGeneral made them; the hand-made projection must give the same initial values.
+  cfg = tiny_config()
+  model, variables = init_encoder(cfg)
+  ours = nn.unbox(variables['params']['layer_0']['attention']['out'])
+  dense = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), kernel_init=kernel_init(
+      cfg, ('heads', 'kv', 'embed')))
+  key = jax.random.fold_in(jax.random.key(0), 0)
+  made = dense.init(key, jnp.zeros((1, 1, cfg.num_heads, cfg.head_dim)))['params']
+  assert jax.tree.map(jnp.shape, nn.unbox(made)) == jax.tree.map(jnp.shape, ours)
+  mine = _Projection(cfg, into_heads=False).init(key)['params']
+  np.testing.assert_array_equal(nn.unbox(mine)['kernel'], nn.unbox(made)['kernel'])
+
+
+def test_cudnn_is_refused_off_an_nvidia_gpu():
+  with pytest.raises(ConfigError, match='needs an NVIDIA GPU'):
+    attention_impl('cudnn', 'cpu', 'bfloat16', 0.0)
+  assert attention_impl('cudnn', 'gpu', 'bfloat16', 0.0) == 'cudnn'
+  assert attention_impl('auto', 'rocm', 'bfloat16', 0.0) == 'explicit'
 
 
 @pytest.mark.parametrize('platform,dtype,dropout,expected', [

@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 from encoder import configs
 from encoder.errors import ConfigError
 from encoder.train import sharding
-from encoder.train.optim import make_optimizer
+from encoder.train.optim import make_optimizer, weight_decay_mask
 from encoder.train.steps import create_state
 
 
@@ -64,14 +64,21 @@ def test_optimizer_moments_take_their_parameters_layout_from_the_logical_boxes()
 
 
 def test_weight_decay_mask_reads_parameter_names_through_the_boxes():
-  # The project's optimizer masks biases by name; on boxed parameters the paths end in the
-  # box's `value`, and a mask that missed that would decay (and lay out) biases as kernels.
+  # The mesh layout builds the optimizer on boxed parameters, whose paths end in the box's
+  # `value`; the mask must still see `kernel` and `bias` (and so give the real state's tree).
+  boxed = _Toy().init(jax.random.key(0), np.ones((8, 4, 16)))['params']
+  mask = weight_decay_mask(boxed)
+  assert nn.unbox(mask) == {'kernel': True, 'bias': False}
+
+
+def test_the_layout_has_the_tree_of_the_real_state():
+  # `out_shardings` of the jit that creates the state must match its tree exactly.
   config = configs.load_experiment('mlm_nsp_tiny')
-  _, _, layout = _fsdp_layout(make_optimizer(config.train))
-  unboxed = jax.eval_shape(lambda: create_state(
-      nn.unbox(_Toy().init(jax.random.key(0), np.ones((8, 4, 16))))['params'],
-      make_optimizer(config.train), 0))
-  assert jax.tree.structure(layout) == jax.tree.structure(unboxed)
+  tx = make_optimizer(config.train)
+  _, _, layout = _fsdp_layout(tx)
+  real = jax.eval_shape(lambda: create_state(
+      nn.unbox(_Toy().init(jax.random.key(0), np.ones((8, 4, 16))))['params'], tx, 0))
+  assert jax.tree.structure(layout) == jax.tree.structure(real)
 
 
 def test_activation_rules_split_the_batch_and_keep_the_hidden_axis_whole():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,9 +134,9 @@ def test_init_from_loads_the_encoder_and_reinitialises_changed_heads(tmp_path, f
                                                                      corpus, cache_dir):
   src = orbax_params(finished_run / 'checkpoints' / '2')
   # The architecture and tokenizer come from the init_from run, whatever the experiment says.
-  train(tmp_path / 'dst', corpus, cache_dir, 'train.num_steps=1', 'data.nsp=false',
-        'train.learning_rate=0.0', 'train.warmup_steps=0', 'model.num_layers=3',
-        f'init_from={finished_run}')
+  args = ('train.num_steps=1', 'data.nsp=false', 'train.learning_rate=0.0',
+          'train.warmup_steps=0', 'model.num_layers=3', f'init_from={finished_run}')
+  train(tmp_path / 'dst', corpus, cache_dir, *args)
   saved = json.loads((tmp_path / 'dst' / 'config.json').read_text())
   assert saved['model']['num_layers'] == 2
   assert saved['data']['tokenizer'] == str(finished_run / 'tokenizer')
@@ -143,6 +144,13 @@ def test_init_from_loads_the_encoder_and_reinitialises_changed_heads(tmp_path, f
   np.testing.assert_array_equal(dst['encoder']['layer_1']['mlp']['output']['kernel'],
                                 src['encoder']['layer_1']['mlp']['output']['kernel'])
   assert 'nsp_head' not in dst
+  # A run that died before its first checkpoint (config.json written, no step saved) starts
+  # from init_from again when rerun, not from random weights.
+  shutil.rmtree(tmp_path / 'dst' / 'checkpoints')
+  train(tmp_path / 'dst', corpus, cache_dir, *args)
+  again = orbax_params(tmp_path / 'dst' / 'checkpoints' / '1')
+  np.testing.assert_array_equal(again['encoder']['layer_1']['mlp']['output']['kernel'],
+                                src['encoder']['layer_1']['mlp']['output']['kernel'])
 
 
 def orbax_params(step_dir):
