@@ -36,7 +36,7 @@ def finetune_config(name: str, task: str) -> config_dict.ConfigDict:
   d.labels = config_dict.placeholder(str)  # label names, comma-separated; None: from the data
   d.num_labels = config_dict.placeholder(int)  # None: len(labels); 1 = regression
   d.token_column = 0  # CoNLL: column of the word ...
-  d.tag_column = -1  # ... and of its tag (IOB2 or IOB1)
+  d.tag_column = config_dict.placeholder(int)  # ... and of its IOB tags; None: from the file
   t = c.train
   t.num_steps = 0  # > 0 overrides num_epochs
   t.num_epochs = 3.0

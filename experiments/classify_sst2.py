@@ -2,9 +2,8 @@
 
   tfds build glue/sst2 --file_format=array_record   # once
   python launch.py --exp classify_sst2 --config.init_from=runs/mlm_nsp_base
-Local files instead of TFDS (a TSV with a `sentence` and a `label` column):
-  python launch.py --exp classify_sst2 --config.data.train=train.tsv \
-      --config.data.eval=dev.tsv --config.data.text_columns=sentence
+Local files instead of TFDS (GLUE's TSVs: a `sentence` and a `label` column):
+  python launch.py --exp classify_sst2 --config.data.train=train.tsv --config.data.eval=dev.tsv
 
 Expected: dev accuracy ~0.93 from BERT-base (Devlin et al., 2019), ~0.90 from a converted
 MiniLM-L6 (benchmarks/finetune.py reaches the high 80s on a 4k-example slice in minutes).

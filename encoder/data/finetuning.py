@@ -10,9 +10,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import os
+import re
 
 from encoder.errors import DataError
+
+log = logging.getLogger('encoder')
 
 FORMATS = {'.tsv': 'tsv', '.csv': 'csv', '.jsonl': 'jsonl', '.json': 'jsonl', '.txt': 'tsv'}
 
@@ -138,29 +142,35 @@ def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
 
 
 def read_classification(path: str, text_columns, label_column: str, header: bool = True,
-                        fmt: str = '') -> list[TextExample]:
+                        fmt: str = '', defaulted: bool = False) -> list[TextExample]:
   """Examples of a TSV/CSV (columns by header name, or by 0-based index without a header) or a
-  JSONL file (columns are keys). An empty `label_column` reads unlabelled texts."""
+  JSONL file (columns are keys). An empty `label_column` reads unlabelled texts.
+
+  `defaulted`: the text columns are the task's usual names (GLUE's), not the user's; a file
+  whose header lacks them but has exactly one column besides the label uses that one.
+  """
   columns = split_list(text_columns)
   if len(columns) not in (1, 2):
     raise DataError(f'data.text_columns must name one or two columns, got {columns}')
   fmt = file_format(path, fmt)
   rows = _rows(path, fmt)
-  wanted = columns + ([label_column] if label_column != '' else [])
   if fmt != 'jsonl':
     if header:
       names, rows = [c.strip() for c in rows[0][1]], rows[1:]
-      missing = [c for c in wanted if c not in names]
-      if missing:
-        raise DataError(f"{path}: no column '{missing[0]}' in the header (columns: "
-                        f"{', '.join(names)}); set data.text_columns / data.label_column")
+      columns = _fit_columns(path, columns, label_column, names, defaulted)
+      wanted = columns + ([label_column] if label_column != '' else [])
       index = [names.index(c) for c in wanted]
     else:
+      wanted = columns + ([label_column] if label_column != '' else [])
       try:
         index = [int(c) for c in wanted]
       except ValueError:
         raise DataError(f'{path}: without a header, data.text_columns and data.label_column '
                         f'are 0-based column numbers, got {wanted}') from None
+  else:
+    if rows and defaulted:
+      columns = _fit_columns(path, columns, label_column, list(rows[0][1]), defaulted)
+    wanted = columns + ([label_column] if label_column != '' else [])
   if not rows:
     raise DataError(f"data file '{path}' has a header but no examples")
   examples = []
@@ -183,6 +193,60 @@ def read_classification(path: str, text_columns, label_column: str, header: bool
       label = clean_label(values[len(columns)], where, label_column)
     examples.append(TextExample(texts, label, where))
   return examples
+
+
+def _fit_columns(path: str, columns: list[str], label_column: str, names: list[str],
+                 defaulted: bool) -> list[str]:
+  """The text columns to read from a file with these column names (see read_classification)."""
+  missing = [c for c in [*columns, label_column] if c and c not in names]
+  if not missing:
+    return columns
+  others = [n for n in names if n != label_column]
+  if defaulted and len(columns) == 1 and label_column in names and len(others) == 1:
+    log.info('%s: no column %r; reading the text from its one other column, %r (set '
+             'data.text_columns to choose)', path, columns[0], others[0])
+    return others
+  raise DataError(f"{path}: no column '{missing[0]}' (the file's columns: {', '.join(names)}); "
+                  f'set --config.data.text_columns=A[,B] and --config.data.label_column=L')
+
+
+# An IOB/IOB2/IOBES tag: O, or B-, I-, E-, S- and a type.
+IOB_TAG = re.compile(r'^(O|[BIES]-\S+)$')
+
+
+def find_tag_column(path: str, token_column: int = 0) -> int:
+  """The column of a CoNLL file whose values all look like IOB tags (more kinds of tag wins,
+  then the later column), for a file that does not say: `token TAG 0` files are common and
+  their last column is no tag. The last column when none looks like tags."""
+  columns: list[set[str]] = []
+  for line in _lines(path):
+    fields = line.split()
+    if not fields or fields[0] == '-DOCSTART-':
+      continue
+    if not columns:
+      columns = [set() for _ in fields]
+    for values, field in zip(columns, fields, strict=False):
+      values.add(field)
+  width = len(columns)
+  token = token_column % width if width else 0
+  tagged = [(len(v), i) for i, v in enumerate(columns)
+            if i != token and all(IOB_TAG.match(t) for t in v)]
+  return max(tagged)[1] if tagged else width - 1
+
+
+def check_iob_tags(path: str, sentences: list[TaggedSentence], column: int,
+                   train: bool) -> None:
+  """DataError when the tags read are not IOB tags, or (training data) are one value only."""
+  seen = sorted({t for s in sentences for t in s.tags})
+  shown = ', '.join(seen[:8]) + (', ...' if len(seen) > 8 else '')
+  if train and len(seen) == 1:
+    raise DataError(f'{path}: column {column} holds one value ({seen[0]!r}) on every line: '
+                    'nothing to learn; set --config.data.tag_column to the column of the IOB '
+                    'tags (0-based)')
+  bad = [t for t in seen if not IOB_TAG.match(t)]
+  if bad:
+    raise DataError(f"{path}: column {column} is not IOB tags (values: {shown}); set "
+                    '--config.data.tag_column to the column of the tags (O, B-PER, I-PER, ...)')
 
 
 def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[TaggedSentence]:

@@ -120,7 +120,10 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
 def _read(config, source: str, local: bool, cols) -> tuple[list, list[str] | None]:
   d = config.data
   if local:
-    return finetuning.read_classification(source, cols, d.label_column, d.header, d.format), None
+    # Without data.text_columns, a GLUE experiment's local files are read by GLUE's names.
+    glue = finetuning_tfds.GLUE_TEXT.get(d.tfds.rpartition('/')[2], ()) if not cols else ()
+    return finetuning.read_classification(source, cols or list(glue), d.label_column, d.header,
+                                          d.format, defaulted=bool(glue)), None
   return finetuning_tfds.read_glue(d.tfds, source, d.tfds_data_dir, cols or None)
 
 

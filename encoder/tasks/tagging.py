@@ -23,6 +23,7 @@ from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, conlleval
 
+log = logging.getLogger('encoder')
 WEIGHTS = ('label_weights',)
 
 
@@ -116,10 +117,15 @@ def tag_names(sentences, given: list[str] | None) -> list[str]:
   return ['O'] + [f'{p}-{k}' for k in kinds for p in ('B', 'I')]
 
 
-def _read(config, source: str, local: bool) -> list:
+def _read(config, source: str, local: bool, train: bool = False) -> list:
   d = config.data
   if local:
-    sentences = finetuning.read_conll(source, int(d.token_column), int(d.tag_column))
+    column = d.tag_column
+    if column is None:  # found from the file: the column of IOB tags
+      column = finetuning.find_tag_column(source, int(d.token_column))
+      log.info('%s: tags from column %d (set data.tag_column to choose)', source, column)
+    sentences = finetuning.read_conll(source, int(d.token_column), int(column))
+    finetuning.check_iob_tags(source, sentences, int(column), train)
   else:
     sentences = finetuning_tfds.read_tagging(d.tfds, source, d.tfds_data_dir)
   for s in sentences:
@@ -130,7 +136,7 @@ def _read(config, source: str, local: bool) -> list:
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   d = config.data
   local, train_source, eval_sources = common.eval_sources(config)
-  train = _read(config, train_source, local)
+  train = _read(config, train_source, local, train=True)
   names = tag_names(train, common.given_names(config))
   evals = [(common.eval_set_name(i, s), _read(config, s, local))
            for i, s in enumerate(eval_sources)]
@@ -163,7 +169,7 @@ def _report_cut_words(sentences, positions, max_len: int) -> None:
          if len(pos) < len(s.words)]
   if cut:
     total = sum(len(s.words) for s in sentences)
-    logging.getLogger('encoder').warning(
+    log.warning(
         'warning: %d of %d words (in %d sentences, first at %s) lie past data.max_seq_length=%d '
         "sub-tokens: they are not trained on, and are predicted 'O' in eval",
         sum(n for _, n in cut), total, len(cut), cut[0][0].where, max_len)

@@ -49,7 +49,7 @@ def test_conll_columns_docstart_and_blank_lines(tmp_path):
 
 @pytest.mark.parametrize('content,call,message', [
     ('a\tlabel\nx\t1\n', lambda p: finetuning.read_classification(p, 'text', 'label'),
-     "no column 'text' in the header"),
+     "no column 'text' \\(the file's columns: a, label\\); set --config.data.text_columns"),
     ('', lambda p: finetuning.read_classification(p, 'a', 'label'), 'is empty'),
     ('a\tlabel\n', lambda p: finetuning.read_classification(p, 'a', 'label'), 'no examples'),
     ('x\t1\ny\n', lambda p: finetuning.read_classification(p, '0', '1', header=False),
@@ -140,3 +140,42 @@ def test_unprepared_tfds_dataset_says_how_to_build_it(tmp_path):
   with pytest.raises(DataError, match='tfds build glue/sst2') as e:
     finetuning_tfds.read_glue('glue/sst2', 'train', str(tmp_path))
   assert '\n' not in str(e.value)
+
+
+def test_glue_column_names_by_default_or_the_one_other_column(tmp_path, encoder_log):
+  glue = _write(tmp_path / 'g.tsv', 'sentence\tlabel\nfine film\t1\n')
+  assert [e.texts for e in finetuning.read_classification(glue, ['sentence'], 'label',
+                                                          defaulted=True)] == [('fine film',)]
+  other = _write(tmp_path / 'o.tsv', 'label\treview\n0\tdull\n')
+  read = finetuning.read_classification(other, ['sentence'], 'label', defaulted=True)
+  assert [(e.texts, e.label) for e in read] == [(('dull',), '0')]
+  assert "reading the text from its one other column, 'review'" in encoder_log.text
+  # A column the user named is never replaced; two candidates are never guessed between.
+  with pytest.raises(DataError, match=r"no column 'sentence' \(the file's columns: label, "
+                     'review\\)'):
+    finetuning.read_classification(other, ['sentence'], 'label')
+  two = _write(tmp_path / 't.tsv', 'a\tb\tlabel\nx\ty\t1\n')
+  with pytest.raises(DataError, match=r'columns: a, b, label\); set --config.data.text_columns='
+                     r'A\[,B\] and --config.data.label_column=L'):
+    finetuning.read_classification(two, ['sentence'], 'label', defaulted=True)
+
+
+@pytest.mark.parametrize('body,column', [
+    ('EU B-ORG 0\nrejects O 0\n\nPeter B-PER 0\n', 1),  # the CoNLL-2003 copy's layout
+    ('-DOCSTART- -X- -X- O\n\nEU NNP B-ORG\nrejects VBZ O\n', 2),  # the original's
+    ('EU NNP\nrejects VBZ\n', 1),  # no IOB column: the last, refused later as not IOB
+])
+def test_the_tag_column_is_found_from_the_file(tmp_path, body, column):
+  assert finetuning.find_tag_column(_write(tmp_path / 'n.txt', body)) == column
+
+
+def test_tags_of_one_value_or_not_iob_are_refused(tmp_path):
+  path = _write(tmp_path / 'n.txt', 'EU B-ORG 0\nrejects O 0\n')
+  zeros = finetuning.read_conll(path, 0, 2)
+  with pytest.raises(DataError, match=r"column 2 holds one value \('0'\) on every line"):
+    finetuning.check_iob_tags(path, zeros, 2, train=True)
+  finetuning.check_iob_tags(path, finetuning.read_conll(path, 0, 1), 1, train=True)
+  pos = _write(tmp_path / 'p.txt', 'EU NNP\nrejects VBZ\n')
+  with pytest.raises(DataError, match=r'column 1 is not IOB tags \(values: NNP, VBZ\)'):
+    finetuning.check_iob_tags(pos, finetuning.read_conll(pos, 0, 1), 1, train=True)
+

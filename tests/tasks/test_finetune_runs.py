@@ -68,6 +68,7 @@ def test_ner_smoke_learns_entities_and_tags_words(tmp_path):
 
 @pytest.mark.parametrize('exp,extra,message', [
     ('ner_conll2003:smoke', 'data.train={bad}', r'bad.txt:2: 2 column\(s\)'),
+    ('ner_conll2003:smoke', 'data.tag_column=1', r"column 1 holds one value \('NNP'\) on every"),
     ('classify_sst2:smoke', 'data.text_columns=review', "no column 'review'"),
     ('classify_mrpc:smoke', 'data.labels=a,b', "label 'different' is not in the label set"),
 ])
@@ -81,3 +82,25 @@ def test_bad_input_exits_2_with_one_line(tmp_path, exp, extra, message):
   lines = out.stderr.strip().splitlines()
   assert lines[-1].startswith('error: ') and len([x for x in lines if 'Traceback' in x]) == 0
   assert re.search(message, lines[-1])
+
+
+def test_a_token_tag_zero_file_trains_on_its_tags_and_glue_files_need_no_columns(tmp_path):
+  # CoNLL-2003 copies often read `token TAG 0`: the last column is no tag. The tags are found
+  # (the run would otherwise learn the constant 0 and report accuracy 1.0).
+  from encoder.tasks import classification, tagging
+  from experiments import _smoke_data
+  config = configs.load_experiment('ner_conll2003:smoke')
+  smoke = _smoke_data.smoke_files('ner', 1)[0]
+  lines = [' '.join([*line.split()[:1], line.split()[-1], '0']) if line.split() and
+           not line.startswith('-DOCSTART-') else line
+           for line in open(smoke, encoding='utf-8').read().splitlines()]
+  zero = tmp_path / 'ner.txt'
+  zero.write_text('\n'.join(lines) + '\n')
+  sentences = tagging._read(config, str(zero), True, train=True)
+  assert {t for s in sentences for t in s.tags} == {'O', 'B-PER', 'B-LOC', 'B-ORG', 'I-ORG'}
+  # classify_sst2 on GLUE-style local files: no data.text_columns needed.
+  config = configs.load_experiment('classify_sst2:smoke')
+  config.data.text_columns = ''
+  examples, _ = classification._read(config, config.data.train, True, [])
+  assert len(examples) == 48 and all(len(e.texts) == 1 for e in examples)
+
