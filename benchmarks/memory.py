@@ -31,7 +31,7 @@ from encoder.modules.config import resolved_fields  # noqa: E402
 from encoder.tasks import get_task  # noqa: E402
 from encoder.train.optim import make_optimizer  # noqa: E402
 from encoder.train.sharding import bytes_per_device  # noqa: E402
-from encoder.train.strategy import MeshStrategy, PmapStrategy  # noqa: E402
+from encoder.train.strategy import MeshStrategy, PmapStrategy, abstract_state  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -60,25 +60,25 @@ def report(name: str, compiled) -> None:
 def main() -> None:
   config, task, model, tx, dummy, batch = setup()
   n = args.devices
-  strategies = [('mesh data=8', {'data': -1, 'fsdp': 1, 'tensor': 1}),
-                (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})]
-  for index, (name, shape) in enumerate(strategies):
+  state = abstract_state(model, tx, dummy)  # shapes only: nothing is allocated
+  params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  whole = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
+  print(f'{args.exp}: {params:,} parameters; train state (params + Adam moments) '
+        f'{whole / MiB:.1f} MiB; global batch {args.batch_size} x seq {args.seq} over {n} '
+        f'devices')
+
+  per_device = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype)  # noqa: E731
+  local = lambda x: jax.ShapeDtypeStruct((n, x.shape[0] // n, *x.shape[1:]), x.dtype)  # noqa: E731
+  pmapped, _ = PmapStrategy().steps(model, task, tx, 1)
+  compiled = pmapped.lower(jax.tree.map(per_device, state), jax.tree.map(local, batch)).compile()
+  print(f'{"pmap (replicated)":<22} train state per device {whole / MiB:.1f} MiB')
+  report('pmap (replicated)', compiled)
+
+  for name, shape in (('mesh data=8', {'data': -1, 'fsdp': 1, 'tensor': 1}),
+                      (f'mesh fsdp={n}', {'data': 1, 'fsdp': -1, 'tensor': 1})):
     config.parallel.mesh_shape.update(shape)
     strategy = MeshStrategy(config.parallel)
-    state = strategy.lay_out(model, tx, dummy)  # abstract: nothing is allocated
-    if index == 0:
-      params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-      whole = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
-      print(f'{args.exp}: {params:,} parameters; train state (params + Adam moments) '
-            f'{whole / MiB:.1f} MiB; global batch {args.batch_size} x seq {args.seq} over {n} '
-            f'devices')
-      per_device = lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype)  # noqa: E731
-      local = lambda x: jax.ShapeDtypeStruct((n, x.shape[0] // n, *x.shape[1:]), x.dtype)  # noqa: E731
-      pmapped, _ = PmapStrategy().steps(model, task, tx, 1)
-      compiled = pmapped.lower(jax.tree.map(per_device, state),
-                               jax.tree.map(local, batch)).compile()
-      print(f'{"pmap (replicated)":<22} train state per device {whole / MiB:.1f} MiB')
-      report('pmap (replicated)', compiled)
+    strategy.lay_out(model, tx, dummy)
     train, _ = strategy.steps(model, task, tx, 1)
     compiled = train.lower(state, batch).compile()
     mine = bytes_per_device(state, strategy.state_shardings)

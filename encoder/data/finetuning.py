@@ -154,23 +154,20 @@ def read_classification(path: str, text_columns, label_column: str, header: bool
     raise DataError(f'data.text_columns must name one or two columns, got {columns}')
   fmt = file_format(path, fmt)
   rows = _rows(path, fmt)
+  names = None  # the column names a file states: its header, or the keys of its first record
+  if fmt != 'jsonl' and header:
+    names, rows = [c.strip() for c in rows[0][1]], rows[1:]
+  elif fmt == 'jsonl' and rows and defaulted:
+    names = list(rows[0][1])
+  if names is not None:
+    columns = _fit_columns(path, columns, label_column, names, defaulted)
+  wanted = columns + ([label_column] if label_column != '' else [])
   if fmt != 'jsonl':
-    if header:
-      names, rows = [c.strip() for c in rows[0][1]], rows[1:]
-      columns = _fit_columns(path, columns, label_column, names, defaulted)
-      wanted = columns + ([label_column] if label_column != '' else [])
-      index = [names.index(c) for c in wanted]
-    else:
-      wanted = columns + ([label_column] if label_column != '' else [])
-      try:
-        index = [int(c) for c in wanted]
-      except ValueError:
-        raise DataError(f'{path}: without a header, data.text_columns and data.label_column '
-                        f'are 0-based column numbers, got {wanted}') from None
-  else:
-    if rows and defaulted:
-      columns = _fit_columns(path, columns, label_column, list(rows[0][1]), defaulted)
-    wanted = columns + ([label_column] if label_column != '' else [])
+    try:
+      index = [names.index(c) if header else int(c) for c in wanted]
+    except ValueError:
+      raise DataError(f'{path}: without a header, data.text_columns and data.label_column '
+                      f'are 0-based column numbers, got {wanted}') from None
   if not rows:
     raise DataError(f"data file '{path}' has a header but no examples")
   examples = []

@@ -138,7 +138,8 @@ class MeshStrategy:
 
   def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
     """A fresh state created already sharded (no host copy), or one around host `params`."""
-    self.lay_out(model, tx, dummy_batch)
+    if self.state_shardings is None:  # else `checkpoint_like` laid this model out already
+      self.lay_out(model, tx, dummy_batch)
     if params is not None:  # host arrays (init_from): placed, then the moments made in place
       placed = sharding.put_global(params, self.state_shardings.params)
       return jax.jit(lambda p: create_state(p, tx, seed),
