@@ -143,3 +143,21 @@ def test_a_run_killed_mid_write_is_reported_as_far_as_its_metrics_are_whole(tmp_
   assert records['killed']['steps'] == 2 and records['killed']['final'] == lines[1]
   assert records['failed']['steps'] == 0 and records['failed']['final'] == {}
   assert '| killed |  | interrupted | 2 |' in (sweep_dir / 'sweep.md').read_text()
+
+
+def test_an_epoch_based_run_is_finished_at_the_length_its_run_resolved(tmp_path):
+  # Fine-tuning configs say num_steps=0 (epochs); the run resolves its length into config.json,
+  # and the caller's config keeps 0, so "finished" must read the resolved one.
+  from encoder.sweep.status import finished, target_steps
+  config = configs.load_experiment('classify_sst2')
+  workdir = tmp_path / 'run'
+  assert target_steps(str(workdir), config) is None and not finished(str(workdir), config)
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(json.dumps({'train': {'num_steps': 94}}))
+  (workdir / 'metrics.jsonl').write_text(json.dumps({'step': 40, 'split': 'train'}) + '\n')
+  assert target_steps(str(workdir), config) == 94 and not finished(str(workdir), config)
+  with open(workdir / 'metrics.jsonl', 'a') as f:
+    f.write(json.dumps({'step': 94, 'split': 'eval'}) + '\n')
+  assert finished(str(workdir), config)
+  config.train.num_steps = 200  # a longer budget given by the user wins
+  assert target_steps(str(workdir), config) == 200 and not finished(str(workdir), config)

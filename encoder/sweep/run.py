@@ -18,7 +18,7 @@ from encoder import configs
 from encoder.errors import EncoderError
 from encoder.sweep.grid import expand, fixed_keys, run_name
 from encoder.sweep.report import write_report
-from encoder.sweep.status import last_step, read_status, write_status
+from encoder.sweep.status import finished, read_status, write_status
 
 log = logging.getLogger('encoder')
 
@@ -45,7 +45,7 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
   for name, overrides, run_config in zip(names, grid, run_configs, strict=True):
     workdir = os.path.join(sweep_dir, name)
     status = read_status(workdir)
-    if status.get('status') == 'done' and last_step(workdir) >= run_config.train.num_steps:
+    if status.get('status') == 'done' and finished(workdir, run_config):
       log.info('sweep: %s finished already, skipped', name)
       continue
     log.info('sweep: %s (%s)', name, ' '.join(overrides))
@@ -53,8 +53,7 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     record = {'name': name, 'overrides': overrides, 'experiment': spec}
     try:
       train_and_evaluate(run_config, workdir)
-      finished = last_step(workdir) >= run_config.train.num_steps
-      record['status'] = 'done' if finished else 'interrupted'
+      record['status'] = 'done' if finished(workdir, run_config) else 'interrupted'
     except EncoderError as e:
       record.update(status='failed', error=str(e))
     except Exception as e:  # noqa: BLE001 - one broken run must not stop the sweep

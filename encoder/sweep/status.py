@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from encoder.configs import nested_get
 from encoder.train.metric_writer import read_metrics
 
 STATUS_FILE = 'run_status.json'
@@ -33,3 +34,22 @@ def write_status(workdir: str, record: dict) -> None:
 def last_step(workdir: str) -> int:
   """The newest step in metrics.jsonl; 0 before the first write."""
   return max((r['step'] for r in read_metrics(workdir)), default=0)
+
+
+def target_steps(workdir: str, config) -> int | None:
+  """The run's length: a positive `train.num_steps`, else the one its run resolved from
+  `train.num_epochs` (the workdir's config.json); None when it was never resolved."""
+  if config.train.num_steps > 0:
+    return int(config.train.num_steps)
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return nested_get(json.load(f), ['train', 'num_steps'])
+
+
+def finished(workdir: str, config) -> bool:
+  """Whether the run's metrics reach its last step."""
+  target = target_steps(workdir, config)
+  return target is not None and last_step(workdir) >= target
+
