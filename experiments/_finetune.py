@@ -37,6 +37,11 @@ def finetune_config(name: str, task: str) -> config_dict.ConfigDict:
   d.num_labels = config_dict.placeholder(int)  # None: len(labels); 1 = regression
   d.token_column = 0  # CoNLL: column of the word ...
   d.tag_column = config_dict.placeholder(int)  # ... and of its IOB tags; None: from the file
+  # Each batch is padded to the shortest of these lengths holding its longest example: auto
+  # (16, 32, 64, ... up to max_seq_length), none (max_seq_length, as BERT), or e.g. 32,64,128;
+  # one compile per length used.
+  d.length_buckets = 'auto'
+  d.bucket_window = 50  # train batches grouped by length: this many global batches at a time
   t = c.train
   t.num_steps = 0  # > 0 overrides num_epochs
   t.num_epochs = 3.0
@@ -85,6 +90,7 @@ def from_scratch(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   _common.shrink(c)
   c.init_from = ''
   c.data.vocab_size = 256
+  c.data.length_buckets = 'none'  # a few steps: one compile beats several shorter ones
   t = c.train
   t.num_steps, t.num_epochs, t.batch_size, t.learning_rate = 0, 1.0, 8, 1e-3
   t.warmup_steps = None  # warmup_fraction of the run, as the full recipe

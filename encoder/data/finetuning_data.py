@@ -1,10 +1,15 @@
-"""Encoded fine-tuning data: fixed-shape arrays, seeded resumable batches, whole eval sets.
+"""Encoded fine-tuning data: padded arrays, seeded resumable batches, whole eval sets.
 
-The same object serves classification and tagging: the task encodes its examples into named
-arrays (leading dimension = examples) and this class batches them with the pretraining
-loader's `Sampler`/`BatchIterator`, so order, host sharding and exact resumption work the same.
-Eval batches cover every eval example exactly once, in order; the last batch is filled with
-copies of row 0 whose weights are zero, so they count in no metric.
+The same object serves classification, tagging and QA: the task encodes its examples into named
+arrays (leading dimension = examples; 2-D arrays are per token, padded to max_seq_length) and
+this class batches them with the pretraining loader's `Sampler`/`BatchIterator`, so order, host
+sharding and exact resumption work the same. With `data.length_buckets` (see `buckets`), each
+batch is cut to the shortest bucket that holds its longest example, train batches are grouped by
+length, and eval examples are batched in length order.
+
+Eval batches cover every eval example exactly once; the last batch is filled with copies of one
+row whose weights are zero, so they count in no metric. `collate_predictions` puts the
+per-batch predictions back into eval-set order at full length, whatever the batching was.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder.data import buckets as buckets_lib
 from encoder.data.loader import BatchIterator, Sampler, restore_step
 from encoder.data.tokenizer import Tokenizer, get_tokenizer
 
@@ -36,14 +42,26 @@ class FinetuningData:
 
   def __init__(self, config, tokenizer: Tokenizer, train: Arrays, eval_sets: list[EvalSet],
                weight_keys: tuple[str, ...], process_index: int = 0, process_count: int = 1,
-               info: dict | None = None):
+               info: dict | None = None, prediction_fill: dict[str, float] | None = None):
+    d = config.data
     self.tokenizer, self.eval_sets, self.info = tokenizer, eval_sets, info or {}
     self.seed, self.global_batch = int(config.train.seed), int(config.train.batch_size)
     self.process_index, self.process_count = process_index, process_count
-    self.prefetch = int(config.data.prefetch)
+    self.prefetch = int(d.prefetch)
     self._train, self._weight_keys = train, weight_keys
+    # What predictions hold past a row's bucket: what the model gives at padding there.
+    self._fill = prediction_fill or {}
     self.num_train_examples = len(next(iter(train.values())))
-    self._sampler = Sampler(self.num_train_examples, self.global_batch, self.seed)
+    self.max_seq_length = train['input_ids'].shape[1]
+    self.buckets = buckets_lib.parse_buckets(d.get('length_buckets', 'none'),
+                                             self.max_seq_length)
+    if self.buckets is None:
+      self._sampler = Sampler(self.num_train_examples, self.global_batch, self.seed)
+    else:
+      self._sampler = buckets_lib.LengthGroupedSampler(
+          train['input_mask'].sum(1), self.global_batch, self.seed,
+          d.get('bucket_window', 50), self.buckets)
+    self._eval_order = None  # eval example i is row _eval_order[i] of the gathered predictions
     self.stats = {'train': {'examples': self.num_train_examples}}
     for s in eval_sets:
       self.stats[s.name] = {'examples': len(s.examples)}
@@ -52,29 +70,57 @@ class FinetuningData:
     return BatchIterator(self.train_batch, restore_step(state), self.prefetch)
 
   def train_batch(self, step: int) -> Arrays:
-    idx = self._sampler.indices(step, self.process_index, self.process_count)
-    return {k: v[idx] for k, v in self._train.items()}
+    if self.buckets is None:
+      idx = self._sampler.indices(step, self.process_index, self.process_count)
+      return {k: v[idx] for k, v in self._train.items()}
+    idx, length = self._sampler.indices(step, self.process_index, self.process_count)
+    return buckets_lib.trim(self._train, idx, length)
 
   def eval_batches(self, num_batches: int = 0) -> list[Arrays]:
-    """All eval sets in order as this host's share of global batches (`num_batches` > 0: only
-    the first ones, for a quick look; predictions then cover only those examples)."""
+    """All eval sets as this host's share of global batches (`num_batches` > 0: only the first
+    ones' worth of examples, for a quick look; predictions then cover only those examples).
+    With buckets the examples go in length order, each batch cut to its bucket."""
     merged = {k: np.concatenate([s.arrays[k] for s in self.eval_sets])
               for k in self.eval_sets[0].arrays}
     n = len(next(iter(merged.values())))
+    if num_batches > 0:
+      n = min(n, num_batches * self.global_batch)
+    order = np.arange(n)
+    if self.buckets is not None:
+      order = np.argsort(merged['input_mask'][:n].sum(1), kind='stable')
+    self._eval_order = np.argsort(order, kind='stable')
     total = max(math.ceil(n / self.global_batch), 1) * self.global_batch
-    pad = np.zeros(total - n, np.int64)
-    padded = {}
-    for k, v in merged.items():
-      extra = v[pad]
-      if k in self._weight_keys:
-        extra = np.zeros_like(extra)
-      padded[k] = np.concatenate([v, extra])
-    batches = []
+    rows = np.concatenate([order, np.full(total - n, order[0] if n else 0)])
+    real = np.arange(total) < n  # filler rows (to a whole batch) weigh nothing
     per_host = self.global_batch // self.process_count
+    batches = []
     for start in range(0, total, self.global_batch):
-      first = start + self.process_index * per_host
-      batches.append({k: v[first:first + per_host] for k, v in padded.items()})
-    return batches[:num_batches] if num_batches > 0 else batches
+      length = self.max_seq_length
+      if self.buckets is not None:  # from the global batch, so every host pads it alike
+        longest = merged['input_mask'][rows[start:start + self.global_batch]].sum(1).max()
+        length = buckets_lib.bucket_of(self.buckets, int(longest))
+      mine = slice(start + self.process_index * per_host,
+                   start + (self.process_index + 1) * per_host)
+      batch = buckets_lib.trim(merged, rows[mine], length)
+      for k in self._weight_keys:
+        batch[k] = batch[k] * real[mine].reshape((-1,) + (1,) * (batch[k].ndim - 1))
+      batches.append(batch)
+    return batches
+
+  def collate_predictions(self, per_batch: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Gathered predictions of `eval_batches` (one dict per global batch) -> one array per
+    field in eval-set order, per-token fields padded back to max_seq_length."""
+    fields = {}
+    for k in per_batch[0]:
+      parts = []
+      for batch in per_batch:
+        v = batch[k]
+        if v.ndim >= 2 and v.shape[1] < self.max_seq_length:
+          pad = [(0, 0), (0, self.max_seq_length - v.shape[1])] + [(0, 0)] * (v.ndim - 2)
+          v = np.pad(v, pad, constant_values=self._fill.get(k, 0))
+        parts.append(v)
+      fields[k] = np.concatenate(parts)[self._eval_order]
+    return fields
 
 
 def finetuning_tokenizer(config, workdir: str, texts: list[str]) -> Tokenizer:

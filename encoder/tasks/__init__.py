@@ -40,7 +40,9 @@ class Task(Protocol):
 
   def datasets(self, config, workdir: str, process_index: int = 0, process_count: int = 1):
     """The data: `.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`,
-    `.num_train_examples` (None when unknown)."""
+    `.num_train_examples` (None when unknown); with `predict`, also
+    `.collate_predictions(per_batch)`: the gathered outputs of each eval batch (batches may be
+    of different lengths) -> one array per field in eval-set order."""
 
   def resolved_fields(self, config, data) -> dict:
     """The dotted config fields only the data knows (vocabulary size, labels)."""

@@ -175,7 +175,10 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     eval_sets.append(finetuning_data.EvalSet(name, examples, features.arrays, features))
   data = finetuning_data.FinetuningData(config, tokenizer, train_features.arrays, eval_sets,
                                         WEIGHTS, process_index, process_count,
-                                        {'decode': span_decoding.decode_options(d)})
+                                        {'decode': span_decoding.decode_options(d)},
+                                        prediction_fill=dict.fromkeys(
+                                            ('start_logits', 'end_logits'),
+                                            span_decoding.MASKED_LOGIT))
   data.stats['train'] = train_features.stats
   for s in eval_sets:
     data.stats[s.name] = s.extra.stats

@@ -34,8 +34,8 @@ class Evaluator:
       sums = [self.eval_step(rstate.params, batch) for batch in self.batches]
       return self.task.reduce_metrics(self.strategy.sum_metrics(sums))
     # One array per field in eval-set order.
-    whole = self.strategy.gather_predictions(
-        [self.predict(rstate.params, batch) for batch in self.batches])
+    whole = self.data.collate_predictions(self.strategy.gather_predictions(
+        [self.predict(rstate.params, batch) for batch in self.batches]))
     metrics, records = self.task.evaluate(self.data, whole)
     if self.enabled:
       self._write(step, records)

@@ -93,15 +93,15 @@ class PmapStrategy:
     host = jax.device_get(trees)
     return jax.tree.map(lambda *xs: sum(np.asarray(x)[0] for x in xs), *host)
 
-  def gather_predictions(self, outputs: list):
-    """[devices, per_device, ...] per batch -> one host array per field, in eval-set order."""
+  def gather_predictions(self, outputs: list) -> list:
+    """[devices, per_device, ...] per batch -> the global batch's rows on the host, per batch
+    (batches may differ in length, so the data object joins them: `collate_predictions`)."""
     host = jax.device_get(outputs)
     lead = 2
     if jax.process_count() > 1:  # pmap outputs are local: each process has its hosts' rows
       from jax.experimental import multihost_utils
       host, lead = multihost_utils.process_allgather(host), 3  # [processes, devices, ...]
-    return jax.tree.map(
-        lambda *xs: np.concatenate([x.reshape((-1,) + x.shape[lead:]) for x in xs]), *host)
+    return [jax.tree.map(lambda x: x.reshape((-1,) + x.shape[lead:]), h) for h in host]
 
 
 class MeshStrategy:
@@ -201,9 +201,8 @@ class MeshStrategy:
     host = jax.device_get(trees)
     return jax.tree.map(lambda *xs: sum(np.asarray(x) for x in xs), *host)
 
-  def gather_predictions(self, outputs: list):
-    host = jax.device_get(outputs)
-    return jax.tree.map(lambda *xs: np.concatenate(xs), *host)
+  def gather_predictions(self, outputs: list) -> list:
+    return jax.device_get(outputs)
 
 
 def make_strategy(parallel_config):

@@ -180,10 +180,16 @@ def _train(config, workdir: str, task) -> dict:
                       train_iter.state(), force=True, metrics=metrics)
 
   window, eval_metrics, skipped, failure = [], {}, 0, None
+  lengths = set()  # sequence lengths seen: one compile of the step each (length buckets)
   step = start
   with _StopRequest() as stop:
     while step < t.num_steps:
-      rstate, sums = train_step(rstate, strategy.place_batch(next(train_iter)))
+      batch = next(train_iter)
+      if batch['input_ids'].shape[-1] not in lengths:
+        lengths.add(batch['input_ids'].shape[-1])
+        progress.write(f'step {step + 1}: compiling the train step for sequence length '
+                       f'{batch["input_ids"].shape[-1]} ({len(lengths)} so far)')
+      rstate, sums = train_step(rstate, strategy.place_batch(batch))
       step += 1
       monitor.add(step, sums)
       window.append(sums)
@@ -226,6 +232,8 @@ def _train(config, workdir: str, task) -> dict:
                        'same command to resume.')
         break
   train_iter.close()
+  log.info('train step compiled for %d sequence length(s): %s', len(lengths),
+           ', '.join(map(str, sorted(lengths))))
   checkpointer.close()  # waits for the last save: the last good state is on disk
   progress.close()
   writer.close()

