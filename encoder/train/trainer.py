@@ -33,6 +33,7 @@ log = logging.getLogger('encoder')
 RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
+    'data.prepared_dir', 'data.prepare_workers', 'data.prepare_timeout_s',
     'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite',
     'model.attention_impl'})  # how attention is computed: a choice of the machine
 RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
