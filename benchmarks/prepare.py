@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 
 import psutil
@@ -69,8 +70,9 @@ def make_corpus(directory: str, size_mb: float, lines_per_doc: int = 40,
 def run_measured(cmd: list[str]) -> dict:
   """Runs cmd; wall clock, peak RSS summed over its process tree, and the largest single RSS."""
   start = time.time()
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  # Output to files, not pipes: a child blocked on a full pipe would stall (and skew) the run.
+  out_file, err_file = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out_file, stderr=err_file, text=True)
   root, peak, single = psutil.Process(proc.pid), 0, 0
   while proc.poll() is None:
     try:
@@ -85,7 +87,9 @@ def run_measured(cmd: list[str]) -> dict:
     except psutil.Error:
       pass
     time.sleep(0.05)
-  out, err = proc.communicate()
+  out_file.seek(0)
+  err_file.seek(0)
+  out, err = out_file.read(), err_file.read()
   if proc.returncode:
     raise RuntimeError(f'{" ".join(cmd)} failed:\n{err[-3000:]}')
   lines = [json.loads(x) for x in out.splitlines() if x.startswith('{')]
@@ -114,13 +118,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
   parser.add_argument('--workers', default='1,2')
   parser.add_argument('--train_steps', type=int, default=20, help='0 skips training')
   parser.add_argument('--shard_mb', type=float, default=8)
+  parser.add_argument('--tokenizer_sample_sentences', type=int, default=1_000_000,
+                      help='the SentencePiece sample (its cost does not grow with the corpus)')
   parser.add_argument('--dir', default='/tmp/encoder-prepare-bench')
   parser.add_argument('--beam', action='store_true', help='also prepare with Beam DirectRunner')
   args = parser.parse_args(argv)
   os.makedirs(args.dir, exist_ok=True)
   load = os.getloadavg()
   rows = []
-  common = [f'--config.data.prepare_shard_mb={args.shard_mb}']
+  common = [f'--config.data.prepare_shard_mb={args.shard_mb}',
+            f'--config.data.tokenizer_sample_sentences={args.tokenizer_sample_sentences}']
   for size in [float(s) for s in args.sizes_mb.split(',')]:
     pattern = make_corpus(args.dir, size)
     corpus = f'--config.data.corpus=text:{pattern}'
