@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                       help='the SentencePiece sample (its cost does not grow with the corpus)')
   parser.add_argument('--dir', default='/tmp/encoder-prepare-bench')
   parser.add_argument('--beam', action='store_true', help='also prepare with Beam DirectRunner')
+  parser.add_argument('--beam_python', default=sys.executable,
+                      help='the interpreter that has apache_beam (requirements-beam.txt)')
+  parser.add_argument('--train_only', action='store_true',
+                      help='only the training runs, on the folders an earlier run prepared')
   args = parser.parse_args(argv)
   os.makedirs(args.dir, exist_ok=True)
   load = os.getloadavg()
@@ -135,6 +139,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for workers in [int(w) for w in args.workers.split(',')]:
       name = f'{size:g}mb-w{workers}'
       prepared = os.path.join(args.dir, 'prepared', name)
+      if args.train_only:
+        first_dir = first_dir or prepared
+        continue
       shutil.rmtree(prepared, ignore_errors=True)
       r = run_measured(launch('--prepare_data', '--workdir', os.path.join(args.dir, 'runs', name),
                               corpus, f'--config.data.prepared_dir={prepared}',
@@ -149,10 +156,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
       rows.append(row)
       _print(row)
       first_dir = first_dir or prepared
-    if args.beam:
+    if args.beam and not args.train_only:
       prepared = os.path.join(args.dir, 'prepared', f'{size:g}mb-beam')
       shutil.rmtree(prepared, ignore_errors=True)
-      r = run_measured([sys.executable, '-m', 'encoder.data.beam_prepare', '--exp',
+      r = run_measured([args.beam_python, '-m', 'encoder.data.beam_prepare', '--exp',
                         'mlm_nsp_tiny', '--workdir', os.path.join(args.dir, 'runs', 'beam'),
                         corpus, f'--config.data.prepared_dir={prepared}', *common])
       row = {'kind': 'beam', 'size_mb': size, **{k: v for k, v in r.items() if k != 'json'},

@@ -11,7 +11,10 @@ a second random-access store, so it buys nothing here (see docs/scaling.md for t
 
 from __future__ import annotations
 
+import io
 import os
+import threading
+import weakref
 
 import numpy as np
 from etils import epath
@@ -22,49 +25,52 @@ from encoder.data.pretraining import A_LEN, A_START, B_LEN, B_START
 _STATIC = ('masked_positions', 'masked_ids', 'shown', 'weights')
 
 
-def mappable(path: epath.Path) -> bool:
-  """A local file (memory-map it); anything else (gs://, s3://) is read by byte ranges."""
+def is_local(path: epath.Path) -> bool:
+  """A local file (read with os.pread); anything else (gs://, s3://) through epath."""
   return os.path.exists(str(path))
 
 
 class NpyRows:
-  """Rows (or 1-D ranges) of one .npy: memory-mapped when local, byte ranges otherwise."""
+  """Rows (or 1-D ranges) of one .npy, read by byte range: only what a batch needs.
+
+  Local files are read with os.pread on a descriptor kept open (thread-safe: the prefetch thread
+  and the caller may read at once), remote ones through an epath handle under a lock.
+  """
 
   def __init__(self, path: epath.Path):
-    if mappable(path):
-      self._array = np.load(str(path), mmap_mode='r')
-      self.shape, self.dtype = self._array.shape, self._array.dtype
-      return
-    self._array, self._path = None, path
-    with path.open('rb') as f:
-      read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                     (2, 0): np.lib.format.read_array_header_2_0}[np.lib.format.read_magic(f)]
-      self.shape, _, self.dtype = read_header(f)
-      self._offset = f.tell()
+    self._fd, self._file = None, None
+    if is_local(path):
+      self._fd = os.open(str(path), os.O_RDONLY)
+      weakref.finalize(self, os.close, self._fd)
+      header = os.pread(self._fd, 4096, 0)
+    else:
+      self._file, self._lock = path.open('rb'), threading.Lock()
+      weakref.finalize(self, self._file.close)
+      header = self._file.read(4096)
+    f = io.BytesIO(header)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                   (2, 0): np.lib.format.read_array_header_2_0}[np.lib.format.read_magic(f)]
+    self.shape, _, self.dtype = read_header(f)
+    self._offset = f.tell()
     self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
 
+  def _read(self, offset: int, size: int) -> bytes:
+    if self._fd is not None:
+      return os.pread(self._fd, size, self._offset + offset)
+    with self._lock:
+      self._file.seek(self._offset + offset)
+      return self._file.read(size)
+
   def take(self, rows: np.ndarray) -> np.ndarray:
-    if self._array is not None:
-      return np.asarray(self._array[rows])
-    with self._path.open('rb') as f:
-      out = []
-      for r in rows:
-        f.seek(self._offset + int(r) * self._row_bytes)
-        out.append(np.frombuffer(f.read(self._row_bytes), self.dtype))
-    return np.stack(out).reshape(len(rows), *self.shape[1:]) if out else \
-        np.zeros((0, *self.shape[1:]), self.dtype)
+    data = b''.join(self._read(int(r) * self._row_bytes, self._row_bytes) for r in rows)
+    return np.frombuffer(data, self.dtype).reshape(len(rows), *self.shape[1:])
 
   def ranges(self, starts: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     """Slices [s, s+n) of a 1-D array."""
-    if self._array is not None:
-      return [self._array[s:s + n] for s, n in zip(starts, lengths, strict=True)]
     size = self.dtype.itemsize
-    with self._path.open('rb') as f:
-      out = []
-      for s, n in zip(starts, lengths, strict=True):
-        f.seek(self._offset + int(s) * size)
-        out.append(np.frombuffer(f.read(int(n) * size), self.dtype))
-      return out
+    return [np.frombuffer(self._read(int(s) * size, int(n) * size), self.dtype)
+            for s, n in zip(starts, lengths, strict=True)]
+
 
 
 class PreparedSplit:

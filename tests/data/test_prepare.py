@@ -116,7 +116,7 @@ def test_training_batches_on_many_shards_match_by_byte_range(corpus_dir, tmp_pat
   data = build_pretraining_data(config, str(tmp_path / 'run'))
   assert len(data._train.offsets) > 3
   mapped = [data.train_batch(step) for step in range(3)] + data.eval_batches(2)
-  monkeypatch.setattr(prepared, 'mappable', lambda path: False)
+  monkeypatch.setattr(prepared, 'is_local', lambda path: False)
   data = build_pretraining_data(config, str(tmp_path / 'run'))
   ranged = [data.train_batch(step) for step in range(3)] + data.eval_batches(2)
   for a, b in zip(mapped, ranged, strict=True):
