@@ -143,12 +143,7 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
                       'hosts: make it a multiple of the host count')
   if not 0 <= process_index < process_count:
     raise ConfigError(f'process_index={process_index} is outside 0..{process_count - 1}')
-  s = prepare.settings(config, workdir)
-  if not prepare.is_prepared(s):
-    if process_index == 0:
-      logging.info('Preparing the corpus into %s: %s', s['dir'], prepare.prepare(config, workdir))
-    else:
-      prepare.wait_for(s, float(d.prepare_timeout_s))
+  s = ensure_prepared(config, workdir, process_index)
   manifest = prepare.read_manifest(s)
   tokenizer = _run_tokenizer(s['dir'], workdir)
   stats = {'vocab_size': tokenizer.vocab_size, **manifest['totals']}
@@ -159,6 +154,18 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
   logging.info('Pretraining data: %s', stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
                          process_index, process_count)
+
+
+def ensure_prepared(config, workdir: str, process_index: int = 0) -> dict:
+  """Process 0 prepares the corpus unless done; the others wait for its manifest, at most
+  data.prepare_timeout_s. Returns the preparation's settings (prepare.settings)."""
+  s = prepare.settings(config, workdir)
+  if not prepare.is_prepared(s):
+    if process_index == 0:
+      logging.info('Preparing the corpus into %s: %s', s['dir'], prepare.prepare(config, workdir))
+    else:
+      prepare.wait_for(s, float(config.data.prepare_timeout_s))
+  return s
 
 
 def _run_tokenizer(prepared_dir: str, workdir: str) -> Tokenizer:
