@@ -13,6 +13,7 @@ hash: every worker count writes the same bits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -112,10 +113,12 @@ def run_jobs(todo: list[dict], workers: int) -> list[dict]:
   # spawn, not fork: the caller may hold JAX's threads, which a fork would copy mid-flight.
   context = multiprocessing.get_context('spawn')
   order = sorted(todo, key=lambda j: -_shard_size(j['shard']))  # biggest first: even finish
-  with context.Pool(min(workers, len(todo)), initializer=_worker_init) as pool:
+  with _worker_env(), context.Pool(min(workers, len(todo))) as pool:
     for job, counts in zip(order, pool.imap(prepare_shard.process, order), strict=True):
       results[job['index']] = counts
       _progress(results)
+    pool.close()
+    pool.join()
   return results
 
 
@@ -185,9 +188,17 @@ def _progress(results) -> None:
            sum(r['bytes'] for r in done) / 2**20)
 
 
-def _worker_init() -> None:
-  os.environ.setdefault('RAYON_NUM_THREADS', '1')  # WordPiece (tokenizers) stays on one core
-  logging.basicConfig(level=logging.WARNING)
+@contextlib.contextmanager
+def _worker_env():
+  """The environment workers start with (spawn copies it): WordPiece (tokenizers) on one
+  core, as the pool provides the parallelism."""
+  saved = dict(os.environ)
+  os.environ['RAYON_NUM_THREADS'] = '1'
+  try:
+    yield
+  finally:
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def _shard_size(shard: dict) -> int:
@@ -252,6 +263,8 @@ def ensure_tokenizer(config, s: dict) -> None:
     with multiprocessing.get_context('spawn').Pool(1) as pool:
       proto = pool.apply(_trained_model, (s['plan'], int(d.tokenizer_sample_sentences),
                                           int(d.vocab_size), float(d.character_coverage)))
+      pool.close()
+      pool.join()  # a clean exit: no semaphores left for the resource tracker to report
     tok = tokenizer_lib.SentencePieceTokenizer(proto)
   else:  # given, or the resumed run's own
     tok = tokenizer_lib.load_tokenizer(s['tokenizer_path'], bool(d.lower_case))

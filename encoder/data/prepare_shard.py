@@ -74,7 +74,7 @@ def _tokens(job: dict) -> dict:
   counts = {'bytes': raw_bytes}
   dtype = token_dtype(tokenizer.vocab_size)
   for split in SPLITS:
-    corpus = pretraining.tokenize_documents(split_docs.pop(split), tokenizer)
+    corpus = pretraining.tokenize_documents(split_docs.pop(split), tokenizer, progress=False)
     if len(corpus.tokens) >= 1 << 31:
       raise ValueError('a shard holds over 2**31 tokens: lower data.prepare_shard_mb')
     arrays = {'tokens': corpus.tokens.astype(dtype), 'sent_bounds': corpus.sent_bounds,
@@ -115,7 +115,8 @@ def _instances(job: dict) -> dict:
     inst = np.zeros((0, 5), np.int64)
     if corpus.num_documents:
       inst = pretraining.create_instances(corpus, s['max_seq_length'], s['short_seq_prob'],
-                                          s['nsp'], s['dupe_factor'] if train else 1, seed)
+                                          s['nsp'], s['dupe_factor'] if train else 1, seed,
+                                          progress=False)
     save(instances_path(job['instances_dir'], job['index'], split, 'instances'),
          inst.astype(np.int32))
     if s['static_masks'] or not train:

@@ -82,9 +82,9 @@ def test_finished_is_reused_and_interrupted_resumes_by_shard(corpus_dir, tmp_pat
   seen = []
   real = prepare_shard.pretraining.tokenize_documents
 
-  def tokenize(docs, tok):
+  def tokenize(docs, tok, **kwargs):
     seen.append(len(docs))
-    return real(docs, tok)
+    return real(docs, tok, **kwargs)
   monkeypatch.setattr(prepare_shard.pretraining, 'tokenize_documents', tokenize)
   again = prepare.prepare(config, str(tmp_path / 'run'), workers=1)
   assert len(seen) == 2  # shard 2's train and eval splits, nothing else
