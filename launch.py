@@ -90,6 +90,10 @@ def run(argv: list[str]) -> int:
     import logging
 
     from encoder.data import prepare
+    from encoder.errors import ConfigError
+    if config.task != 'pretraining':
+      raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
+                        f'{config.task} experiment, whose data needs no preparation')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
     print(json.dumps(prepare.prepare(config, workdir)), flush=True)
     return 0

@@ -172,3 +172,10 @@ def test_prepare_data_prints_one_json_line(corpus_dir, tmp_path, capsys):
           'seconds_prepare', 'mb_per_s'} <= set(summary)
   assert summary['documents'] == 40 and summary['workers'] == 1
   assert summary['prepared_dir'].startswith(f'{tmp_path}/cache/prepared-')
+
+
+def test_prepare_data_on_a_fine_tuning_experiment_is_a_user_error():
+  import launch
+  from encoder.errors import ConfigError
+  with pytest.raises(ConfigError, match='prepares pretraining corpora'):
+    launch.run(['--exp', 'classify_sst2', '--prepare_data'])
