@@ -3,6 +3,7 @@
   python launch.py --exp mlm_nsp_tiny
   python launch.py --exp mlm_nsp_base --config.train.batch_size=128 --workdir runs/b128
   python launch.py --list | --exp NAME --print_config | --describe | --inspect_data N
+  python launch.py --exp mlm_nsp_base --prepare_data
 
 User errors print one line `error: ...` and exit with status 2.
 """
@@ -30,6 +31,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   parser.add_argument('--describe', action='store_true', help='print the model summary')
   parser.add_argument('--inspect_data', type=int, metavar='N',
                       help='print N decoded training examples, save a batch, exit')
+  parser.add_argument('--prepare_data', action='store_true',
+                      help='prepare the corpus (tokenizer, shards, instances) once, then exit')
   parser.add_argument('--sweep', action='append', metavar='KEY=V1,V2|NAME',
                       help='run the grid of these values (repeatable), or a named sweep')
   parser.add_argument('--dry_run', action='store_true', help='with --sweep: list the runs')
@@ -81,6 +84,18 @@ def run(argv: list[str]) -> int:
     from encoder.tasks import get_task
     task = get_task(config.task)
     print(describe.describe(task.build_model(config), task.dummy_batch(config)))
+    return 0
+  if args.prepare_data:
+    import json
+    import logging
+
+    from encoder.data import prepare
+    from encoder.errors import ConfigError
+    if config.task != 'pretraining':
+      raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
+                        f'{config.task} experiment, whose data needs no preparation')
+    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
+    print(json.dumps(prepare.prepare(config, workdir)), flush=True)
     return 0
   if args.inspect_data is not None:
     from encoder.data.inspect import inspect_data

@@ -39,6 +39,7 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   c.data = d = config_dict.ConfigDict()
   d.tokenizer = ''  # '' trains SentencePiece on the training text; or a .model / vocab.txt / dir
   d.vocab_size = 30522  # size of the SentencePiece vocabulary trained when tokenizer is ''
+  d.character_coverage = 0.9999  # SentencePiece: share of the text's characters kept whole
   d.lower_case = True  # for WordPiece vocab.txt files (uncased BERT)
   d.max_seq_length = 128
   d.tfds_data_dir = ''  # '' is TFDS's default (~/tensorflow_datasets)

@@ -42,6 +42,12 @@ def base_config() -> config_dict.ConfigDict:
   d.dupe_factor = 1  # instance passes over the corpus (the original used 10 with static masks)
   d.eval_fraction = 0.02  # share of whole documents held out for eval
   d.max_eval_documents = 1000
+  # Preparation (--prepare_data, or before the first training step): docs/scaling.md.
+  d.prepared_dir = ''  # '' = CACHE_DIR/prepared-HASH of the corpus and data settings
+  d.prepare_workers = 0  # processes preparing shards; 0 = the core count (same bits for any)
+  d.prepare_shard_mb = 8.0  # text per input shard: the unit of parallel work and of resuming
+  d.tokenizer_sample_sentences = 1_000_000  # the SentencePiece training sample (bounded)
+  d.prepare_timeout_s = 86400  # multi-host: how long processes > 0 wait for process 0's data
   return c
 
 

@@ -89,3 +89,13 @@ def test_gpu_sh_rehearses_its_whole_run_on_cpu(tmp_path):
   assert all(r['seq_per_s'] > 0 and 0 < r['mfu'] for r in runs)
   if not _torch_available():
     assert 'Hugging Face half is skipped' in out.stdout
+
+
+@pytest.mark.slow  # two launch.py subprocesses, each training a tokenizer and spawning workers
+def test_prepare_prints_a_row_per_worker_count_with_the_same_bits(capsys, tmp_path):
+  rows = _script('prepare').main(['--sizes_mb', '0.2', '--workers', '1,2', '--train_steps', '0',
+                                  '--shard_mb', '0.05', '--dir', str(tmp_path)])
+  lines = _json_lines(capsys.readouterr().out)
+  assert lines == rows and [r['workers'] for r in rows] == [1, 2]
+  assert rows[0]['digest'] == rows[1]['digest'] and rows[0]['shards'] >= 3
+  assert all(r['peak_rss_mb'] > 0 and r['mb_per_s'] > 0 for r in rows)

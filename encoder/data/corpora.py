@@ -8,8 +8,6 @@ A corpus spec is one string, as in `data.corpus`:
 
 from __future__ import annotations
 
-import glob
-import gzip
 import json
 import logging
 import os
@@ -19,7 +17,6 @@ import sys
 import time
 
 from encoder.data import cache
-from encoder.data.finetuning import read_utf8
 from encoder.errors import DataError
 
 Documents = list[list[str]]
@@ -93,34 +90,10 @@ def load_documents(spec: str, cache_dir: str | None = None, data_dir: str | None
 
 
 def _text_files(pattern: str) -> Documents:
-  """One sentence per line, a blank line between documents; a new file starts a new document."""
-  if not pattern:
-    raise DataError("corpus 'text:' needs a path or glob: e.g. data.corpus=text:data/*.txt")
-  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                 if os.path.isfile(p))
-  if not paths:
-    raise DataError(f"no files match '{pattern}': check the path in data.corpus=text:GLOB")
-  docs: Documents = []
-  for path in paths:
-    try:
-      if path.endswith('.gz'):
-        with gzip.open(path, 'rb') as f:
-          data = f.read()
-      else:
-        data = None
-    except (OSError, EOFError) as e:
-      raise DataError(f'cannot read {path}: {e}') from None
-    text = read_utf8(path, data)
-    doc: list[str] = []
-    for line in text.split('\n'):  # not splitlines: U+2028 and friends are text, not breaks
-      line = line.strip()
-      if line:
-        doc.append(line)
-      elif doc:
-        docs.append(doc)
-        doc = []
-    if doc:
-      docs.append(doc)
+  """One sentence per line, a blank line between documents; a new file starts a new document
+  (read by the shard reader preparation uses, as one shard per file)."""
+  from encoder.data import shards
+  docs = [doc for shard in shards.plan('text:' + pattern, 1 << 62) for doc in shards.read(shard)]
   if not docs:
     raise DataError(f"the files matching '{pattern}' are empty: give them one sentence per line")
   return docs
@@ -132,11 +105,22 @@ def _python_docs(cache_dir: str | None) -> Documents:
   The subprocess keeps the imports of ~300 modules (and any side effects they have) out of the
   training process. The text depends only on the Python version, which keys the cache.
   """
-  key = cache.digest({'corpus': 'python_docs', 'python': sys.version, 'rules': _rules_version()})
-  path = os.path.join(cache_dir, f'python_docs-{key}.json') if cache_dir else None
-  if path and os.path.exists(path):
-    with open(path, encoding='utf-8') as f:
+  if cache_dir:
+    with open(python_docs_path(cache_dir), encoding='utf-8') as f:
       return json.load(f)
+  return _build_python_docs()
+
+
+def python_docs_path(cache_dir: str) -> str:
+  """The cached python_docs JSON (a list of documents) under cache_dir, built when absent."""
+  key = cache.digest({'corpus': 'python_docs', 'python': sys.version, 'rules': _rules_version()})
+  path = os.path.join(cache_dir, f'python_docs-{key}.json')
+  if not os.path.exists(path):
+    cache.write_json(path, _build_python_docs())
+  return path
+
+
+def _build_python_docs() -> Documents:
   start = time.time()
   logging.info('Building the python_docs corpus from the interpreter (a few seconds)...')
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,8 +129,6 @@ def _python_docs(cache_dir: str | None) -> Documents:
   texts: list[list[str]] = json.loads(out.stdout)
   docs = [[s for text in doc for s in split_sentences(text)] for doc in texts]
   logging.info('python_docs: %d documents in %.1fs', len(docs), time.time() - start)
-  if path:
-    cache.write_json(path, docs)
   return docs
 
 

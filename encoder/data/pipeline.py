@@ -4,40 +4,36 @@
   it = data.train_iterator(state=None); batch = next(it); it.state()
   data.eval_batches(n)
 
-Slow steps (corpus, tokenizer, tokenization, instances) are cached under data.cache_dir (default
-WORKDIR/cache), keyed by a hash of everything that made them, so a restart redoes none of them.
+The corpus is prepared once (encoder/data/prepare.py: tokenizer, tokenized shards, instances in
+data.prepared_dir, keyed by a hash of everything that made them), and batches read the prepared
+shards by index (encoder/data/prepared.py), so a host holds no corpus in memory and a restart
+redoes nothing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
+import shutil
 from typing import Any
 
 import numpy as np
+from etils import epath
 
-from encoder.data import cache, corpora, masking, pretraining
-from encoder.data.loader import BatchIterator, Sampler, restore_step
-from encoder.data.tokenizer import Tokenizer, get_tokenizer
-from encoder.errors import ConfigError, DataError
+from encoder.data import masking, prepare, pretraining
+from encoder.data.loader import BatchIterator, restore_step
+from encoder.data.permutation import PermutationSampler
+from encoder.data.prepared import PreparedSplit
+from encoder.data.tokenizer import Tokenizer, load_tokenizer
+from encoder.errors import ConfigError
 
-EVAL_SEED = 20190524  # eval split and eval masks are fixed, so runs with any seed compare
 _MASK_TAG, _STATIC_TAG = 0x4D41534B, 0x53544154
-
-
-@dataclasses.dataclass
-class Split:
-  """One split's token array, instances and (static mask) overlays."""
-  tokens: np.ndarray
-  instances: np.ndarray
-  static: dict[str, np.ndarray] | None  # masked_positions/masked_ids/shown/weights [N, max_pred]
 
 
 class PretrainingData:
   """Everything the pretraining task needs from the data side, for one host."""
 
-  def __init__(self, config, tokenizer: Tokenizer, train: Split, eval_split: Split,
+  def __init__(self, config, tokenizer: Tokenizer, train: PreparedSplit, eval_split: PreparedSplit,
                stats: dict[str, int], process_index: int, process_count: int):
     d = config.data
     self.tokenizer, self.stats = tokenizer, stats
@@ -48,8 +44,8 @@ class PretrainingData:
     self.batch_size = self.global_batch // process_count
     self.prefetch = int(d.prefetch)
     self._train, self._eval = train, eval_split
-    self.num_train_examples = len(train.instances)
-    self._sampler = Sampler(self.num_train_examples, self.global_batch, self.seed)
+    self.num_train_examples = len(train)
+    self._sampler = PermutationSampler(self.num_train_examples, self.global_batch, self.seed)
 
   def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
     """Endless host batches from `state` (None: the start); `it.state()` is the resume point."""
@@ -65,7 +61,7 @@ class PretrainingData:
 
   def eval_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
     """The first `num_batches` eval host batches (cycling over the held-out instances)."""
-    n = len(self._eval.instances)
+    n = len(self._eval)
     out = []
     for i in range(num_batches):
       first = i * self.global_batch + self.process_index * self.batch_size
@@ -73,15 +69,16 @@ class PretrainingData:
       out.append(self._assemble(self._eval, idx, None))
     return out
 
-  def _assemble(self, split: Split, idx: np.ndarray, rng) -> dict[str, np.ndarray]:
+  def _assemble(self, split: PreparedSplit, idx: np.ndarray, rng) -> dict[str, np.ndarray]:
     tok = self.tokenizer
-    batch = pretraining.materialize(split.instances[idx], split.tokens, self.max_seq_length,
+    instances, tokens, static = split.take(idx)
+    batch = pretraining.materialize(instances, tokens, self.max_seq_length,
                                     tok.cls_id, tok.sep_id, tok.pad_id)
     eligible = batch.pop('eligible')
-    if split.static is None:
+    if static is None:
       batch.update(masking.apply(batch['input_ids'], eligible, rng, self.mask_config))
     else:
-      batch.update(overlay(batch['input_ids'], {k: v[idx] for k, v in split.static.items()}))
+      batch.update(overlay(batch['input_ids'], static))
     return batch
 
 
@@ -134,21 +131,9 @@ def overlay(input_ids: np.ndarray, static: dict[str, np.ndarray]) -> dict[str, n
           'masked_weights': weights.astype(np.float32)}
 
 
-def split_documents(docs: list[list[str]], eval_fraction: float, max_eval: int
-                    ) -> tuple[list[list[str]], list[list[str]]]:
-  """Holds out whole documents, chosen by a fixed seed: at least one, at most max_eval."""
-  if len(docs) < 2:
-    raise DataError(f'the corpus has {len(docs)} document(s); holding out an eval split needs at '
-                    'least 2: add documents (separate them by a blank line in text files)')
-  n_eval = min(max(1, round(eval_fraction * len(docs))), max(1, int(max_eval)), len(docs) - 1)
-  chosen = set(np.random.default_rng(EVAL_SEED).permutation(len(docs))[:n_eval].tolist())
-  train = [doc for i, doc in enumerate(docs) if i not in chosen]
-  return train, [doc for i, doc in enumerate(docs) if i in chosen]
-
-
 def build_pretraining_data(config, workdir: str, process_index: int = 0,
                            process_count: int = 1) -> PretrainingData:
-  """Loads or builds (and caches) everything; see the module docstring for the interface."""
+  """Prepares the corpus if nobody has (process 0; the others wait for it), then opens it."""
   d, t = config.data, config.train
   if t.batch_size < 1 or d.dupe_factor < 1:
     raise ConfigError(f'train.batch_size={t.batch_size} and data.dupe_factor={d.dupe_factor} '
@@ -158,71 +143,41 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
                       'hosts: make it a multiple of the host count')
   if not 0 <= process_index < process_count:
     raise ConfigError(f'process_index={process_index} is outside 0..{process_count - 1}')
-  cache_dir = d.cache_dir or os.path.join(workdir, 'cache')
-  documents = corpora.load_documents(d.corpus, cache_dir, d.get('tfds_data_dir') or None)
-  train_docs, eval_docs = split_documents(documents, d.eval_fraction, d.max_eval_documents)
-  tokenizer = get_tokenizer(config, workdir, train_docs, cache_dir)
-  tok_dir = os.path.join(workdir, 'tokenizer')
-  tok_key = cache.file_digest([os.path.join(tok_dir, f) for f in os.listdir(tok_dir)])
-  corpus_key = {'corpus': d.corpus, 'documents': cache.digest(documents), 'tokenizer': tok_key,
-                'eval_fraction': d.eval_fraction, 'max_eval_documents': d.max_eval_documents}
-  splits, stats = {}, {'vocab_size': tokenizer.vocab_size}
-  eval_config = _eval_config(config)
-  for name, docs, seed, dupe, static in (
-      ('train', train_docs, int(t.seed), int(d.dupe_factor), not d.dynamic_masking),
-      ('eval', eval_docs, EVAL_SEED, 1, True)):
-    tokens = _cached(cache_dir, 'tokens', {**corpus_key, 'split': name},
-                     lambda docs=docs: pretraining.tokenize_documents(docs, tokenizer).arrays())
-    corpus = pretraining.TokenizedCorpus(**tokens)
-    inst_key = {**corpus_key, 'split': name, 'seed': seed, 'dupe_factor': dupe,
-                'max_seq_length': d.max_seq_length, 'short_seq_prob': d.short_seq_prob,
-                'nsp': d.nsp, 'version': 1}
-    split_config = eval_config if name == 'eval' else config
-    if static:
-      inst_key.update({k: split_config.data[k] for k in (
-          'mask_rate', 'max_predictions_per_seq', 'mask_token_prob', 'random_token_prob',
-          'whole_word_masking')})
-
-    def make(corpus=corpus, seed=seed, dupe=dupe, static=static, split_config=split_config):
-      inst = pretraining.create_instances(corpus, int(d.max_seq_length), float(d.short_seq_prob),
-                                          bool(d.nsp), dupe, seed)
-      out = {'instances': inst}
-      if static:
-        masks = static_masks(corpus.tokens, inst, split_config, tokenizer, seed)
-        out.update({f'static_{k}': v for k, v in masks.items()})
-      return out
-    arrays = _cached(cache_dir, 'instances', inst_key, make)
-    if len(arrays['instances']) == 0:
-      raise DataError(f'the {name} split yields no instances: give the corpus more text')
-    masks = {k[len('static_'):]: v for k, v in arrays.items() if k.startswith('static_')}
-    splits[name] = Split(corpus.tokens, arrays['instances'], masks if static else None)
-    stats.update({f'{name}_documents': corpus.num_documents,
-                  f'{name}_sentences': corpus.num_sentences,
-                  f'{name}_tokens': int(len(corpus.tokens)),
-                  f'{name}_instances': int(len(arrays['instances']))})
+  s = ensure_prepared(config, workdir, process_index)
+  manifest = prepare.read_manifest(s)
+  tokenizer = _run_tokenizer(s['dir'], workdir)
+  stats = {'vocab_size': tokenizer.vocab_size, **manifest['totals']}
+  stats.pop('bytes', None)
+  splits = {split: PreparedSplit(s['dir'], s['instances_dir'], manifest[f'{split}_instances'],
+                                 split, static=(split == 'eval' or not d.dynamic_masking))
+            for split in ('train', 'eval')}
   logging.info('Pretraining data: %s', stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
                          process_index, process_count)
 
 
-def _eval_config(config):
-  """The config the eval masks follow: `data.eval_mask_rate` when set, so runs trained at
-  different masking rates are scored on the same task."""
-  rate = config.data.get('eval_mask_rate')
-  if rate is None or rate == config.data.mask_rate:
-    return config
-  import copy
-  eval_config = copy.deepcopy(config)
-  eval_config.data.mask_rate = rate
-  eval_config.data.max_predictions_per_seq = None
-  return eval_config
+def ensure_prepared(config, workdir: str, process_index: int = 0) -> dict:
+  """Process 0 prepares the corpus unless done; the others wait for its manifest, at most
+  data.prepare_timeout_s. Returns the preparation's settings (prepare.settings)."""
+  s = prepare.settings(config, workdir)
+  if not prepare.is_prepared(s):
+    if process_index == 0:
+      logging.info('Preparing the corpus into %s: %s', s['dir'], prepare.prepare(config, workdir))
+    else:
+      prepare.wait_for(s, float(config.data.prepare_timeout_s))
+  return s
 
 
-def _cached(cache_dir: str, kind: str, key: dict, make) -> dict[str, np.ndarray]:
-  """Arrays from cache_dir/KIND-HASH.npz, or made by make() and saved there atomically."""
-  path = os.path.join(cache_dir, f'{kind}-{cache.digest(key)}.npz')
-  arrays = cache.read_arrays(path)
-  if arrays is None:
-    arrays = make()
-    cache.write_arrays(path, arrays)
-  return arrays
+def _run_tokenizer(prepared_dir: str, workdir: str) -> Tokenizer:
+  """WORKDIR/tokenizer: a copy of the preparation's (kept on resume), written whole."""
+  directory = os.path.join(workdir, 'tokenizer')
+  if not (os.path.isdir(directory) and os.listdir(directory)):
+    tmp = directory + '.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for f in (epath.Path(prepared_dir) / 'tokenizer').iterdir():
+      with open(os.path.join(tmp, f.name), 'wb') as out:
+        out.write(f.read_bytes())
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(tmp, directory)
+  return load_tokenizer(directory)

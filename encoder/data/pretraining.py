@@ -40,15 +40,16 @@ class TokenizedCorpus:
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def tokenize_documents(documents: list[list[str]], tokenizer, chunk: int = 20_000
-                       ) -> TokenizedCorpus:
-  """Encodes every sentence; drops sentences with no tokens and then empty documents."""
+def tokenize_documents(documents: list[list[str]], tokenizer, chunk: int = 20_000,
+                       progress: bool = True) -> TokenizedCorpus:
+  """Encodes every sentence; drops sentences with no tokens and then empty documents.
+  (`progress=False`: no bar, for shard workers, whose parent reports per shard.)"""
   sentences = [s for doc in documents for s in doc]
   doc_of = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
   parts, lengths = [], []
   start = time.time()
   with tqdm.tqdm(total=len(sentences), desc='tokenizing', unit='sent', leave=False,
-                 disable=len(sentences) <= chunk) as bar:
+                 disable=not progress or len(sentences) <= chunk) as bar:
     for i in range(0, len(sentences), chunk):  # numpy per chunk keeps big corpora compact
       ids = tokenizer.encode_batch(sentences[i:i + chunk])
       lengths.append(np.fromiter(map(len, ids), np.int64, count=len(ids)))
@@ -66,7 +67,7 @@ def tokenize_documents(documents: list[list[str]], tokenizer, chunk: int = 20_00
 
 
 def create_instances(corpus: TokenizedCorpus, max_seq_length: int, short_seq_prob: float,
-                     nsp: bool, dupe_factor: int, seed: int) -> np.ndarray:
+                     nsp: bool, dupe_factor: int, seed: int, progress: bool = True) -> np.ndarray:
   """int64 [N, 5] instances from `dupe_factor` passes over the corpus (each split afresh)."""
   if max_seq_length < 8:
     raise DataError(f'data.max_seq_length={max_seq_length} is too short: use at least 8')
@@ -78,7 +79,7 @@ def create_instances(corpus: TokenizedCorpus, max_seq_length: int, short_seq_pro
   make = _nsp_instances if nsp else _mlm_instances
   for _ in range(dupe_factor):
     for d in tqdm.trange(corpus.num_documents, desc='instances', leave=False,
-                         disable=corpus.num_documents < 5000):
+                         disable=not progress or corpus.num_documents < 5000):
       make(corpus, d, max_seq_length, short_seq_prob, rng, out)
   logging.info('Created %d instances in %.1fs', len(out), time.time() - start)
   return np.array(out, np.int64).reshape(-1, 5)

@@ -52,7 +52,8 @@ def _text_feature(features) -> str:
   return strings[0]
 
 
-def load(spec: str, data_dir: str | None = None) -> list[list[str]]:
+def _open(spec: str, data_dir: str | None):
+  """(data source, text feature name) of a prepared TFDS split."""
   import tensorflow_datasets as tfds
   name, split = parse_spec(spec)
   builder = _builder(tfds, name, data_dir)
@@ -64,14 +65,29 @@ def load(spec: str, data_dir: str | None = None) -> list[list[str]]:
                       f'`tfds build {name} --file_format=array_record`') from None
     raise DataError(f"cannot read split '{split}' of TFDS dataset '{name}' ({_first_line(e)}): "
                     'check the split and prepare it with --file_format=array_record') from None
-  feature = _text_feature(builder.info.features)
-  logging.info('Reading %d examples of tfds:%s (%s)', len(source), spec, feature)
-  docs = []
-  for i in tqdm.trange(len(source), desc=f'tfds:{name}', leave=False, disable=len(source) < 10000):
+  return source, _text_feature(builder.info.features)
+
+
+def num_examples(spec: str, data_dir: str | None = None) -> int:
+  """How many examples the split has (preparation cuts it into index ranges)."""
+  return len(_open(spec, data_dir)[0])
+
+
+def read_range(spec: str, data_dir: str | None, start: int, end: int):
+  """Documents of examples [start, end): random access, so each shard reads only its range."""
+  source, feature = _open(spec, data_dir)
+  for i in range(start, min(end, len(source))):
     text = source[i][feature]
     if isinstance(text, bytes):
       text = text.decode('utf-8', errors='replace')
     doc = [s for para in str(text).split('\n') for s in split_sentences(para)]
     if doc:
-      docs.append(doc)
-  return docs
+      yield doc
+
+
+def load(spec: str, data_dir: str | None = None) -> list[list[str]]:
+  """Every document of the split (small datasets; preparation reads by range instead)."""
+  n = num_examples(spec, data_dir)
+  logging.info('Reading %d examples of tfds:%s', n, spec)
+  return list(tqdm.tqdm(read_range(spec, data_dir, 0, n), total=n, desc=f'tfds:{spec}',
+                        leave=False, disable=n < 10000))

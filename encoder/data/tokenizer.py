@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -227,12 +228,26 @@ def sentence_iterator(documents: list[list[str]]) -> Iterator[str]:
     yield from doc
 
 
-def train_sentencepiece(documents: list[list[str]], vocab_size: int) -> SentencePieceTokenizer:
+def train_sentencepiece(documents: list[list[str]], vocab_size: int,
+                        character_coverage: float = 0.9999) -> SentencePieceTokenizer:
   """Trains a unigram SentencePiece model in memory, deterministically (fixed seed, no shuffle).
 
   `hard_vocab_limit=False` lets a small corpus produce fewer pieces than asked rather than fail;
   the model's vocabulary size comes from the tokenizer, not from data.vocab_size.
   """
+  return _train(sentence_iterator(documents), vocab_size, character_coverage, 10_000_000, False)
+
+
+def train_sentencepiece_sample(sentences: list[str], vocab_size: int,
+                               character_coverage: float = 0.9999) -> SentencePieceTokenizer:
+  """Trains on a bounded sample (preparation draws it): SentencePiece keeps all of it
+  (input_sentence_size = its length) and shuffles it with its seeded generator."""
+  size = len(sentences) if len(sentences) > 100 else 0  # sentencepiece: 0 = all, else > 100
+  return _train(iter(sentences), vocab_size, character_coverage, size, True)
+
+
+def _train(sentences: Iterator[str], vocab_size: int, character_coverage: float,
+           input_sentence_size: int, shuffle: bool) -> SentencePieceTokenizer:
   import sentencepiece as spm
   if vocab_size < len(SPECIALS) + 2:
     raise DataError(f'data.vocab_size={vocab_size} is too small: use at least 100')
@@ -242,17 +257,29 @@ def train_sentencepiece(documents: list[list[str]], vocab_size: int) -> Sentence
   spm.set_random_generator_seed(0)
   try:
     spm.SentencePieceTrainer.train(
-      sentence_iterator=sentence_iterator(documents), model_writer=model, vocab_size=vocab_size,
+      sentence_iterator=sentences, model_writer=model, vocab_size=vocab_size,
       model_type='unigram', pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece='[PAD]',
       unk_piece='[UNK]', control_symbols=['[CLS]', '[SEP]', '[MASK]'], hard_vocab_limit=False,
-      character_coverage=0.9999, shuffle_input_sentence=False, input_sentence_size=10_000_000,
-      num_threads=2, minloglevel=2)
+      character_coverage=character_coverage, shuffle_input_sentence=shuffle,
+      input_sentence_size=input_sentence_size, num_threads=2, minloglevel=2)
   except RuntimeError as e:
-    raise DataError(f'SentencePiece training failed ({str(e).splitlines()[0]}): use a larger '
-                    'corpus or a smaller data.vocab_size') from None
+    raise DataError(_training_hint(str(e).splitlines()[0], vocab_size,
+                                   character_coverage)) from None
   tok = SentencePieceTokenizer(model.getvalue())
   logging.info('Trained SentencePiece: %d pieces in %.1fs', tok.vocab_size, time.time() - start)
   return tok
+
+
+def _training_hint(message: str, vocab_size: int, character_coverage: float) -> str:
+  """SentencePiece's failure as one line that says which way to move."""
+  m = re.search(r'required_chars\. (\d+) vs (\d+)', message)
+  if m:
+    need = int(m.group(2))  # the corpus's kept characters plus the special pieces
+    return (f'SentencePiece training failed: data.vocab_size={vocab_size} is smaller than the '
+            f"{need} pieces the corpus's characters need: raise data.vocab_size to at least "
+            f'{need} or lower data.character_coverage (now {character_coverage:g}, e.g. 0.995)')
+  return (f'SentencePiece training failed ({message}): use a larger corpus or a smaller '
+          'data.vocab_size')
 
 
 def get_tokenizer(config, workdir: str, documents: list[list[str]],
@@ -280,7 +307,8 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
     if cached and os.path.exists(cached):
       tok = load_tokenizer(cached)
     else:
-      tok = train_sentencepiece(documents, int(d.vocab_size))
+      tok = train_sentencepiece(documents, int(d.vocab_size),
+                                float(d.get('character_coverage', 0.9999)))
       if cached:
         cache.write_bytes(cached, tok.proto)
   tmp = directory + '.tmp'  # saved whole, then renamed: a crash never leaves half a tokenizer

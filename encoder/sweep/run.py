@@ -39,6 +39,9 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
   for name, overrides in zip(names, grid, strict=True):  # all refused before any run starts
     run_config = copy.deepcopy(config)
     configs.apply_overrides(run_config, overrides)
+    if 'cache_dir' in run_config.data and not run_config.data.cache_dir:
+      # One cache for the arms: those on the same corpus share one preparation of it.
+      run_config.data.cache_dir = os.path.join(sweep_dir, 'cache')
     check_workdir(run_config, os.path.join(sweep_dir, name))
     run_configs.append(run_config)
   os.makedirs(sweep_dir, exist_ok=True)

@@ -133,6 +133,13 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
                                 process_count=process_count)
 
 
+def prepare_data(config, workdir: str, process_index: int = 0) -> None:
+  """Before any barrier: process 0 prepares the corpus (which may take hours), the others wait
+  for its manifest with data.prepare_timeout_s, not in a collective that could time out first."""
+  from encoder.data.pipeline import ensure_prepared
+  ensure_prepared(config, workdir, process_index)
+
+
 def resolved_fields(config, data) -> dict:
   """Vocabulary size, from the tokenizer."""
   return vocab_fields(config, data.tokenizer)

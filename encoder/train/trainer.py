@@ -33,6 +33,7 @@ log = logging.getLogger('encoder')
 RESUMABLE_KEYS = frozenset({
     'train.num_steps', 'train.log_every', 'train.eval_every', 'train.eval_batches',
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
+    'data.prepared_dir', 'data.prepare_workers', 'data.prepare_timeout_s',
     'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite',
     'model.attention_impl'})  # how attention is computed: a choice of the machine
 RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
@@ -124,6 +125,9 @@ def _train(config, workdir: str, task) -> dict:
   strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
   is_main = distributed.is_main_process()
 
+  prepare_data = getattr(task, 'prepare_data', None)  # optional: corpora prepared ahead
+  if prepare_data is not None:  # outside the barrier below: process 0 may take hours
+    prepare_data(config, workdir, jax.process_index())
   data = distributed.main_process_first(
       lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
   config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on

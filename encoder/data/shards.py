@@ -1,0 +1,200 @@
+"""A corpus cut into independent input shards, each read as a stream of documents.
+
+A shard is a small JSON-able dict, so a process pool or a Beam pipeline can hand it to any
+worker, and the plan (the list of shards) is a pure function of the corpus files and sizes:
+
+  text:GLOB     {'kind': 'text', 'pieces': [[path, start, end], ...]}  byte ranges of files; big
+                files are cut at blank lines (document boundaries), small ones grouped; a .gz
+                file is one piece (it cannot be entered in the middle)
+  tfds:SPEC     {'kind': 'tfds', 'spec': SPEC, 'data_dir': DIR, 'start': i, 'end': j}
+  python_docs   {'kind': 'python_docs', 'path': JSON, 'start': i, 'end': j}  document ranges
+
+Every piece starts a new document, and a cut lies right after a blank line, so the documents of
+the shards, in order, are exactly those of reading the whole corpus at once.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import re
+from collections.abc import Iterator
+
+from encoder.errors import DataError
+
+Shard = dict
+_BLANK_LINE = re.compile(rb'\n[ \t\r\f\v]*\n')  # ASCII-blank, so str.strip() finds it blank too
+_SCAN = 1 << 20  # bytes read at a time while looking for a cut
+
+
+def plan(spec: str, shard_bytes: int, cache_dir: str | None = None,
+         data_dir: str | None = None) -> list[Shard]:
+  """The shards of corpus `spec`, each about `shard_bytes` of text."""
+  if spec == 'python_docs':
+    return _plan_python_docs(cache_dir, shard_bytes)
+  if spec.startswith('text:'):
+    return _plan_text(spec[len('text:'):], shard_bytes)
+  if spec.startswith('tfds:'):
+    return _plan_tfds(spec[len('tfds:'):], data_dir, shard_bytes)
+  raise DataError(f"unknown corpus '{spec}': use python_docs, text:GLOB or "
+                  'tfds:NAME[/CONFIG][:SPLIT]')
+
+
+def read(shard: Shard) -> Iterator[list[str]]:
+  """The shard's non-empty documents (lists of sentences), in corpus order, one at a time."""
+  kind = shard['kind']
+  if kind == 'text':
+    for path, start, end in shard['pieces']:
+      yield from _text_documents(_lines(path, start, end))
+  elif kind == 'python_docs':
+    with open(shard['path'], encoding='utf-8') as f:
+      docs = json.load(f)
+    yield from (doc for doc in docs[shard['start']:shard['end']] if doc)
+  elif kind == 'tfds':
+    from encoder.data import tfds_source
+    yield from tfds_source.read_range(shard['spec'], shard['data_dir'], shard['start'],
+                                      shard['end'])
+  else:
+    raise ValueError(f'unknown shard kind {kind!r}')
+
+
+def _text_files(pattern: str) -> list[str]:
+  if not pattern:
+    raise DataError("corpus 'text:' needs a path or glob: e.g. data.corpus=text:data/*.txt")
+  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                 if os.path.isfile(p))
+  if not paths:
+    raise DataError(f"no files match '{pattern}': check the path in data.corpus=text:GLOB")
+  return paths
+
+
+def _plan_text(pattern: str, shard_bytes: int) -> list[Shard]:
+  pieces: list[list] = []
+  for path in _text_files(pattern):
+    size = os.path.getsize(path)
+    if path.endswith('.gz') or size <= shard_bytes:
+      pieces.append([path, 0, -1])
+    else:
+      cuts = _cuts(path, size, shard_bytes)
+      pieces.extend([path, a, b] for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+  shards, group, group_bytes = [], [], 0
+  for piece in pieces:  # small files share a shard until it holds about shard_bytes
+    n = (os.path.getsize(piece[0]) if piece[2] < 0 else piece[2]) - piece[1]
+    if group and group_bytes + n > shard_bytes:
+      shards.append({'kind': 'text', 'pieces': group})
+      group, group_bytes = [], 0
+    group.append(piece)
+    group_bytes += n
+  if group:
+    shards.append({'kind': 'text', 'pieces': group})
+  return shards
+
+
+def _cuts(path: str, size: int, shard_bytes: int) -> list[int]:
+  """Offsets [0, ..., size] cutting the file right after a blank line near every shard_bytes.
+
+  A remainder under half a shard joins the previous piece, so no shard is a sliver with too few
+  documents to draw NotNext partners from.
+  """
+  cuts = [0]
+  with open(path, 'rb') as f:
+    while size - cuts[-1] > shard_bytes * 3 // 2:
+      cut = _next_blank_line(f, cuts[-1] + shard_bytes, size)
+      if cut is None or size - cut < shard_bytes // 2:
+        break
+      cuts.append(cut)
+  return cuts + [size]
+
+
+def _next_blank_line(f, offset: int, size: int) -> int | None:
+  """The offset just after the first blank line ending at or after `offset` (None: no more)."""
+  pos = max(offset - 1, 0)  # the blank line's leading newline may sit just before `offset`
+  while pos < size:
+    f.seek(pos)
+    chunk = f.read(_SCAN + 256)
+    m = _BLANK_LINE.search(chunk)
+    if m and m.start() < _SCAN + 1:
+      return pos + m.end()
+    pos += _SCAN
+  return None
+
+
+def _lines(path: str, start: int, end: int) -> Iterator[str]:
+  """The lines of bytes [start, end) of a file (end -1: to its end), read in 1 MB blocks, so a
+  reader that stops early (the tokenizer sample) reads little and none holds a whole shard."""
+  try:
+    f = gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+  except OSError as e:
+    raise DataError(f'cannot read {path}: {e.strerror or e}') from None
+  with f:
+    if start:
+      f.seek(start)
+    left = -1 if end < 0 else end - start
+    rest, first, line_no = b'', start == 0, 1
+    while left:
+      try:
+        block = f.read(_SCAN if left < 0 else min(_SCAN, left))
+      except (OSError, EOFError) as e:
+        raise DataError(f'cannot read {path}: {e}') from None
+      if not block:
+        break
+      left = left - len(block) if left > 0 else left
+      data = rest + block
+      cut = data.rfind(b'\n') + 1  # a newline byte never sits inside a UTF-8 character
+      rest, data = data[cut:], data[:cut]
+      yield from _decode(path, data, first, line_no)
+      line_no += data.count(b'\n')
+      first = first and not data
+    if rest:
+      yield from _decode(path, rest, first, line_no)
+
+
+def _decode(path: str, data: bytes, first: bool, line_no: int) -> list[str]:
+  try:
+    text = data.decode('utf-8-sig' if first else 'utf-8')  # a BOM only ever starts a file
+  except UnicodeDecodeError as e:
+    line = line_no + data.count(b'\n', 0, e.start)
+    raise DataError(f'{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): re-encode '
+                    'the file as UTF-8') from None
+  lines = text.split('\n')  # not splitlines: U+2028 and friends are text, not breaks
+  return lines[:-1] if text.endswith('\n') else lines
+
+
+def _text_documents(lines) -> Iterator[list[str]]:
+  """One sentence per line, a blank line between documents (corpora's text format)."""
+  doc: list[str] = []
+  for line in lines:
+    line = line.strip()
+    if line:
+      doc.append(line)
+    elif doc:
+      yield doc
+      doc = []
+  if doc:
+    yield doc
+
+
+def _plan_python_docs(cache_dir: str | None, shard_bytes: int) -> list[Shard]:
+  from encoder.data import corpora
+  path = corpora.python_docs_path(cache_dir)
+  with open(path, encoding='utf-8') as f:
+    docs = json.load(f)
+  shards, start, size = [], 0, 0
+  for i, doc in enumerate(docs):
+    size += sum(len(s) + 1 for s in doc)
+    if size >= shard_bytes:
+      shards.append({'kind': 'python_docs', 'path': path, 'start': start, 'end': i + 1})
+      start, size = i + 1, 0
+  if start < len(docs) or not shards:
+    shards.append({'kind': 'python_docs', 'path': path, 'start': start, 'end': len(docs)})
+  return shards
+
+
+def _plan_tfds(spec: str, data_dir: str | None, shard_bytes: int) -> list[Shard]:
+  from encoder.data import tfds_source
+  n = tfds_source.num_examples(spec, data_dir)
+  per = max(1, shard_bytes // 4096)  # Wikipedia articles average a few KB of text
+  return [{'kind': 'tfds', 'spec': spec, 'data_dir': data_dir, 'start': i,
+           'end': min(i + per, n)} for i in range(0, max(n, 1), per)]
