@@ -42,6 +42,8 @@ def base_config() -> config_dict.ConfigDict:
   d.dupe_factor = 1  # instance passes over the corpus (the original used 10 with static masks)
   d.eval_fraction = 0.02  # share of whole documents held out for eval
   d.max_eval_documents = 1000
+  # Scales the NSP term's gradient (a loss weight; the reported loss stays MLM + NSP).
+  c.train.nsp_loss_weight = 1.0
   return c
 
 
