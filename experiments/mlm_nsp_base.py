@@ -48,6 +48,8 @@ def base_config() -> config_dict.ConfigDict:
   d.prepare_shard_mb = 8.0  # text per input shard: the unit of parallel work and of resuming
   d.tokenizer_sample_sentences = 1_000_000  # the SentencePiece training sample (bounded)
   d.prepare_timeout_s = 86400  # multi-host: how long processes > 0 wait for process 0's data
+  # Scales the NSP term's gradient (a loss weight; the reported loss stays MLM + NSP).
+  c.train.nsp_loss_weight = 1.0
   return c
 
 

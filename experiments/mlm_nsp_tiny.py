@@ -3,7 +3,12 @@
   python launch.py --exp mlm_nsp_tiny
 
 Two layers, hidden 128, two heads, a 1k SentencePiece vocabulary trained on the Python
-documentation; a short warmup and a high learning rate, as small models tolerate.
+documentation; a short warmup and a high learning rate, as small models tolerate. Two changes
+from BERT's recipe let this 2-layer model leave the unigram plateau within the budget
+(docs/ablations.md): 30% of tokens masked in training (held-out masks stay at 15%), and the NSP
+term weighted 0.1, since once NSP starts to learn its gradient otherwise fills 90-97% of Adam's
+second moments in the attention and position weights that MLM needs to leave the plateau. It
+stays post-LN, so `convert --to-hf` exports it as BertForPreTraining.
 """
 
 from experiments import _variants, mlm_nsp_base
@@ -17,12 +22,18 @@ DESCRIPTION = 'BERT-tiny MLM + NSP on the embedded Python docs; minutes on a CPU
 # [CLS] cannot see segment B, so NSP would only blur the contrast (docs/ablations.md).
 BUDGET = ('train.num_steps', ['4000'])
 MLM_ONLY = ('data.nsp', ['false'])
+# The sweeps keep the recipe they were run with (post-LN, mask rate 0.15, NSP weight 1), so their
+# documented numbers reproduce; each varies one of these at most.
+POST_LN = ('model.norm', ['post'])
+MASK_15 = ('data.mask_rate', ['0.15'])
+NSP_1 = ('train.nsp_loss_weight', ['1.0'])
 SWEEPS = {
-    'attention': [('model.attention', ['bidirectional', 'causal']), MLM_ONLY, BUDGET],
-    'objective': [('data.nsp', ['true', 'false']), BUDGET],
+    'attention': [('model.attention', ['bidirectional', 'causal']), MLM_ONLY, BUDGET, POST_LN,
+                  MASK_15, NSP_1],
+    'objective': [('data.nsp', ['true', 'false']), BUDGET, POST_LN, MASK_15, NSP_1],
     # Both arms are evaluated at data.eval_mask_rate (0.15), so their accuracies compare.
-    'masking': [('data.mask_rate', ['0.15', '0.3']), MLM_ONLY, BUDGET],
-    'norm': [('model.norm', ['post', 'pre']), MLM_ONLY, BUDGET],
+    'masking': [('data.mask_rate', ['0.15', '0.3']), MLM_ONLY, BUDGET, POST_LN, NSP_1],
+    'norm': [('model.norm', ['post', 'pre']), MLM_ONLY, BUDGET, MASK_15, NSP_1],
 }
 
 
@@ -43,7 +54,9 @@ def get_config(arg=None):
   c.data.vocab_size = 1024  # small pieces: cheaper softmax, more predictable continuations
   c.data.dupe_factor = 5  # fresh A/B pairings per pass, so NSP cannot memorise pairs
   c.data.eval_fraction = 0.05  # ~20 held-out documents (~200 eval sequences)
+  c.data.mask_rate = 0.3  # twice the targets per step; eval stays at data.eval_mask_rate 0.15
   t = c.train
+  t.nsp_loss_weight = 0.1  # NSP still learns (its head is Adam-normalised) without swamping MLM
   t.num_steps = 2500
   t.batch_size = 32
   t.learning_rate = 1.5e-3

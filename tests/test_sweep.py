@@ -35,15 +35,19 @@ def test_named_sweeps_come_from_the_experiment():
   config = configs.load_experiment('mlm_nsp_tiny')
   module = configs.experiment_module('mlm_nsp_tiny')
   axes = parse_sweep('attention', config, module)
+  # The sweep pins the recipe its documented numbers came from (post-LN, mask rate 0.15, NSP 1).
   assert axes == [('model.attention', ['bidirectional', 'causal']), ('data.nsp', [False]),
-                  ('train.num_steps', [4000])]
+                  ('train.num_steps', [4000]), ('model.norm', ['post']),
+                  ('data.mask_rate', [0.15]), ('train.nsp_loss_weight', [1.0])]
   runs = grid.expand(axes)
   # The fixed settings reach every run but do not name it.
-  assert runs[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000']
+  assert runs[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000',
+                     'model.norm=post', 'data.mask_rate=0.15', 'train.nsp_loss_weight=1.0']
   assert [grid.run_name(o, grid.fixed_keys(axes)) for o in runs] == [
       'attention=bidirectional', 'attention=causal']
   # A key the user set on the command line keeps the user's value.
-  assert parse_sweep('attention', config, module, frozenset({'train.num_steps'})) == axes[:2]
+  assert parse_sweep('attention', config, module,
+                     frozenset({'train.num_steps'})) == axes[:2] + axes[3:]
   with pytest.raises(ConfigError, match="unknown sweep 'nope'"):
     parse_sweep('nope', config, module)
 

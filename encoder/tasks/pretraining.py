@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -16,9 +17,15 @@ from encoder.tasks.common import vocab_fields
 
 
 class BertForPretraining(nn.Module):
-  """Encoder + tied MLM head (+ NSP head unless `nsp=False`)."""
+  """Encoder + tied MLM head (+ NSP head unless `nsp=False`).
+
+  `nsp_weight` scales the NSP term's gradient, as a loss weight would, while the NSP logits,
+  loss and metrics stay as they are (the reported `loss` is still `mlm_loss + nsp_loss`, so runs
+  at different weights compare).
+  """
   config: ModelConfig
   nsp: bool = True
+  nsp_weight: float = 1.0
 
   def setup(self):
     self.encoder = Encoder(self.config)
@@ -32,15 +39,37 @@ class BertForPretraining(nn.Module):
     result = {'mlm_logits': self.mlm(out.sequence_output, self.encoder.word_embedding_table(),
                                      batch.get('masked_positions'))}
     if self.nsp:
-      result['nsp_logits'] = self.nsp_head(out.pooled_output)
+      logits = self.nsp_head(out.pooled_output)
+      if self.nsp_weight != 1.0:
+        logits = scale_gradient(logits, float(self.nsp_weight))
+      result['nsp_logits'] = logits
     return result
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def scale_gradient(x: jax.Array, scale: float) -> jax.Array:
+  """The identity, whose gradient is multiplied by `scale`: a loss weight that leaves the
+  loss's value alone."""
+  return x
+
+
+def _scale_gradient_fwd(x, scale):
+  return x, None
+
+
+def _scale_gradient_bwd(scale, _, g):
+  return (g * scale,)
+
+
+scale_gradient.defvjp(_scale_gradient_fwd, _scale_gradient_bwd)
 
 
 def build_model(config) -> BertForPretraining:
   """The task's model from the experiment config (its `model` group resolved already)."""
   from encoder.modules.config import model_config
   return BertForPretraining(model_config(config.model, config.data.vocab_size),
-                            nsp=bool(config.data.nsp))
+                            nsp=bool(config.data.nsp),
+                            nsp_weight=float(config.train.get('nsp_loss_weight', 1.0)))
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:

@@ -101,3 +101,30 @@ def test_parameter_count_matches_the_architecture_and_hugging_face(size, hf_coun
   n = count(parameter_shapes(BertForPretraining(cfg), batch))
   assert n == bert_parameter_count(layers, hidden, heads, 30522)
   assert n == hf_count
+
+
+def test_nsp_weight_scales_the_nsp_gradient_and_leaves_the_loss_alone():
+  from encoder.tasks import pretraining
+  cfg = tiny_config(dropout_rate=0.0, attention_dropout_rate=0.0)
+  batch = pretraining_batch(cfg)
+  params = nn.unbox(BertForPretraining(cfg).init(jax.random.key(0), batch))['params']
+
+  def nsp_grads(weight):
+    model = BertForPretraining(cfg, nsp_weight=weight)
+
+    def loss(p):
+      out = model.apply({'params': p}, batch)
+      return pretraining.loss_and_metrics(out, batch)[0], out['nsp_logits']
+    (value, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return value, logits, grads
+
+  value, logits, grads = nsp_grads(1.0)
+  value_w, logits_w, grads_w = nsp_grads(0.25)
+  assert float(value_w) == float(value)
+  np.testing.assert_array_equal(logits_w, logits)
+  # The NSP head sees the NSP term alone: its gradient shrinks by the weight ...
+  np.testing.assert_allclose(grads_w['nsp_head']['dense']['kernel'],
+                             0.25 * grads['nsp_head']['dense']['kernel'], rtol=1e-5)
+  # ... and the MLM head none of it, so its gradient does not move.
+  np.testing.assert_allclose(grads_w['mlm']['output_bias'], grads['mlm']['output_bias'],
+                             rtol=1e-6)
