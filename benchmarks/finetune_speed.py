@@ -256,7 +256,7 @@ def main() -> int:
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
           flush=True)
     results.append(row)
-  print_table(results, [('task', 'task', ''), ('bucketed ex/s', 'examples_per_s', '.1f'),
+  print_table(results, [('task', 'task', '>6'), ('bucketed ex/s', 'examples_per_s', '.1f'),
                         ('padded ex/s', 'padded_examples_per_s', '.1f'),
                         ('x padded', 'speedup_vs_padded', '.2f'),
                         ('HF ex/s', 'hf_examples_per_s', '.1f'), ('x HF', 'ratio', '.2f'),

@@ -42,15 +42,16 @@ class FinetuningData:
 
   def __init__(self, config, tokenizer: Tokenizer, train: Arrays, eval_sets: list[EvalSet],
                weight_keys: tuple[str, ...], process_index: int = 0, process_count: int = 1,
-               info: dict | None = None, prediction_fill: dict[str, float] | None = None):
+               info: dict | None = None, token_predictions: dict[str, float] | None = None):
     d = config.data
     self.tokenizer, self.eval_sets, self.info = tokenizer, eval_sets, info or {}
     self.seed, self.global_batch = int(config.train.seed), int(config.train.batch_size)
     self.process_index, self.process_count = process_index, process_count
     self.prefetch = int(d.prefetch)
     self._train, self._weight_keys = train, weight_keys
-    # What predictions hold past a row's bucket: what the model gives at padding there.
-    self._fill = prediction_fill or {}
+    # The per-token prediction fields, each with what the model predicts at padding: past a
+    # batch's bucket they are filled with it.
+    self._token_predictions = token_predictions or {}
     self.num_train_examples = len(next(iter(train.values())))
     self.max_seq_length = train['input_ids'].shape[1]
     self.buckets = buckets_lib.parse_buckets(d.get('length_buckets', 'none'),
@@ -112,13 +113,11 @@ class FinetuningData:
     field in eval-set order, per-token fields padded back to max_seq_length."""
     fields = {}
     for k in per_batch[0]:
-      parts = []
-      for batch in per_batch:
-        v = batch[k]
-        if v.ndim >= 2 and v.shape[1] < self.max_seq_length:
-          pad = [(0, 0), (0, self.max_seq_length - v.shape[1])] + [(0, 0)] * (v.ndim - 2)
-          v = np.pad(v, pad, constant_values=self._fill.get(k, 0))
-        parts.append(v)
+      parts = [batch[k] for batch in per_batch]
+      if k in self._token_predictions:
+        parts = [np.pad(v, [(0, 0), (0, self.max_seq_length - v.shape[1])]
+                        + [(0, 0)] * (v.ndim - 2), constant_values=self._token_predictions[k])
+                 for v in parts]
       fields[k] = np.concatenate(parts)[self._eval_order]
     return fields
 

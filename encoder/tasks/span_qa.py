@@ -176,7 +176,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   data = finetuning_data.FinetuningData(config, tokenizer, train_features.arrays, eval_sets,
                                         WEIGHTS, process_index, process_count,
                                         {'decode': span_decoding.decode_options(d)},
-                                        prediction_fill=dict.fromkeys(
+                                        token_predictions=dict.fromkeys(
                                             ('start_logits', 'end_logits'),
                                             span_decoding.MASKED_LOGIT))
   data.stats['train'] = train_features.stats

@@ -159,7 +159,8 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     arrays, positions = encode(sentences)
     eval_sets.append(finetuning_data.EvalSet(name, sentences, arrays, positions))
   return finetuning_data.FinetuningData(config, tokenizer, encode(train)[0], eval_sets, WEIGHTS,
-                                        process_index, process_count, {'labels': names})
+                                        process_index, process_count, {'labels': names},
+                                        token_predictions={'tags': 0})
 
 
 def _report_cut_words(sentences, positions, max_len: int) -> None:

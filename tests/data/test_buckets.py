@@ -89,7 +89,8 @@ def _arrays(lengths, max_len=64, seed=0):
 
 def _data(spec, train, evals):
   sets = [EvalSet(f'set{i}', list(range(len(e['label']))), e) for i, e in enumerate(evals)]
-  return FinetuningData(_config(spec), None, train, sets, ('label_weights',))
+  return FinetuningData(_config(spec), None, train, sets, ('label_weights',),
+                        token_predictions={'tags': -1})
 
 
 def test_train_batches_are_cut_to_their_bucket_and_lose_no_token():
@@ -127,11 +128,16 @@ def test_eval_predictions_come_back_in_eval_order_at_full_length():
     assert weights.sum() == 19 - (np.concatenate([e['input_mask'].sum(1) for e in evals]) == 0
                                   ).sum()
     predictions = data.collate_predictions(
-        [{'tags': b['input_ids'] * 2, 'score': b['label'].astype(np.float32)} for b in batches])
+        [{'tags': np.where(b['input_mask'] > 0, b['input_ids'] * 2, -1),
+          'logits': np.stack([b['label'], b['label'] + 1], 1).astype(np.float32)}
+         for b in batches])
     results[spec] = predictions
   np.testing.assert_array_equal(results['auto']['tags'], results['none']['tags'])
-  np.testing.assert_array_equal(results['auto']['score'], np.r_[np.arange(13), np.arange(6)])
-  np.testing.assert_array_equal(results['none']['tags'][:13], evals[0]['input_ids'] * 2)
+  labels = np.r_[np.arange(13), np.arange(6)]
+  for spec in ('none', 'auto'):  # per-example fields are not padded, per-token ones are
+    np.testing.assert_array_equal(results[spec]['logits'], np.stack([labels, labels + 1], 1))
+  expected = np.where(evals[0]['input_mask'] > 0, evals[0]['input_ids'] * 2, -1)
+  np.testing.assert_array_equal(results['none']['tags'][:13], expected)
 
 
 def test_a_prefix_of_eval_batches_covers_the_first_examples():
