@@ -57,6 +57,9 @@ class Task(Protocol):
   def reduce_metrics(self, sums: dict) -> dict:
     """Metric sums (over steps and devices) -> the reported values."""
 
+  # Corpora prepared ahead of training (pretraining): run by every process before the data is
+  # built, outside any barrier, since process 0 may take hours while the others wait for it.
+  prepare_data: Callable[[Any, str, int], None] | None
   predict: Callable[[dict, dict], dict] | None
   evaluate: Callable[[Any, dict], tuple[dict, dict]] | None
   write_predictions: Callable[[str, int, dict], None] | None

@@ -188,3 +188,6 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
 def resolved_fields(config, data) -> dict:
   """Vocabulary size (the answer positions need no label set)."""
   return common.vocab_fields(config, data.tokenizer)
+
+
+prepare_data = None  # local files and TFDS splits need no preparation

@@ -183,3 +183,6 @@ def resolved_fields(config, data) -> dict:
 
 
 write_predictions = None  # the evaluator's JSONL predictions are all there is
+
+
+prepare_data = None  # local files and TFDS splits need no preparation

@@ -125,9 +125,8 @@ def _train(config, workdir: str, task) -> dict:
   strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
   is_main = distributed.is_main_process()
 
-  prepare_data = getattr(task, 'prepare_data', None)  # optional: corpora prepared ahead
-  if prepare_data is not None:  # outside the barrier below: process 0 may take hours
-    prepare_data(config, workdir, jax.process_index())
+  if task.prepare_data is not None:  # outside the barrier below: process 0 may take hours
+    task.prepare_data(config, workdir, jax.process_index())
   data = distributed.main_process_first(
       lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
   config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
