@@ -8,7 +8,6 @@ A corpus spec is one string, as in `data.corpus`:
 
 from __future__ import annotations
 
-import glob
 import gzip
 import json
 import logging
@@ -18,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from encoder import storage
 from encoder.data import cache
 from encoder.data.finetuning import read_utf8
 from encoder.errors import DataError
@@ -96,15 +96,14 @@ def _text_files(pattern: str) -> Documents:
   """One sentence per line, a blank line between documents; a new file starts a new document."""
   if not pattern:
     raise DataError("corpus 'text:' needs a path or glob: e.g. data.corpus=text:data/*.txt")
-  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                 if os.path.isfile(p))
+  paths = sorted(p for p in storage.glob(pattern) if storage.isfile(p))
   if not paths:
     raise DataError(f"no files match '{pattern}': check the path in data.corpus=text:GLOB")
   docs: Documents = []
   for path in paths:
     try:
       if path.endswith('.gz'):
-        with gzip.open(path, 'rb') as f:
+        with storage.open(path, 'rb') as raw, gzip.open(raw, 'rb') as f:
           data = f.read()
       else:
         data = None
@@ -134,9 +133,8 @@ def _python_docs(cache_dir: str | None) -> Documents:
   """
   key = cache.digest({'corpus': 'python_docs', 'python': sys.version, 'rules': _rules_version()})
   path = os.path.join(cache_dir, f'python_docs-{key}.json') if cache_dir else None
-  if path and os.path.exists(path):
-    with open(path, encoding='utf-8') as f:
-      return json.load(f)
+  if path and storage.exists(path):
+    return json.loads(storage.read_text(path))
   start = time.time()
   logging.info('Building the python_docs corpus from the interpreter (a few seconds)...')
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

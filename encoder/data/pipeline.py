@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder import storage
 from encoder.data import cache, corpora, masking, pretraining
 from encoder.data.loader import BatchIterator, Sampler, restore_step
 from encoder.data.tokenizer import Tokenizer, get_tokenizer
@@ -163,7 +164,7 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
   train_docs, eval_docs = split_documents(documents, d.eval_fraction, d.max_eval_documents)
   tokenizer = get_tokenizer(config, workdir, train_docs, cache_dir)
   tok_dir = os.path.join(workdir, 'tokenizer')
-  tok_key = cache.file_digest([os.path.join(tok_dir, f) for f in os.listdir(tok_dir)])
+  tok_key = cache.file_digest([os.path.join(tok_dir, f) for f in storage.listdir(tok_dir)])
   corpus_key = {'corpus': d.corpus, 'documents': cache.digest(documents), 'tokenizer': tok_key,
                 'eval_fraction': d.eval_fraction, 'max_eval_documents': d.max_eval_documents}
   splits, stats = {}, {'vocab_size': tokenizer.vocab_size}
