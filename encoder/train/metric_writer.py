@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 from tqdm.auto import tqdm
 
 from encoder import storage
+
+TB_UPLOAD_SECONDS = 30.0
 
 
 class MetricWriter:
@@ -24,21 +28,27 @@ class MetricWriter:
   uploads all of it at each write (log and eval steps), so the object is always whole. That
   costs one upload of the whole file per write: a run that writes 10,000 records of ~300 bytes
   ends with 3 MB uploads, ~15 GB sent over its life; a longer run should log less often.
-  TensorBoard's writer (tensorboardX) does the same with its event file, every 30 s.
+  TensorBoard's event file is written locally and uploaded whole the same way, at most every
+  TB_UPLOAD_SECONDS and at close (tensorboardX's own bucket writers upload again when garbage
+  collected, and retry for minutes if the bucket has gone by then).
   """
 
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0):
     self.enabled = enabled
     self.path = os.path.join(workdir, 'metrics.jsonl')
+    self.workdir = workdir
     self._tb = None
     self._remote_text = None  # the whole file, on a bucket
+    self._staging = None  # the local directory of the event file, for a bucket workdir
+    self._uploaded = 0.0
     if not enabled:
       return
     _truncate_after(self.path, resume_step)
     if storage.is_remote(self.path):
       self._remote_text = storage.read_text(self.path) if storage.exists(self.path) else ''
+      self._staging = tempfile.mkdtemp(prefix='encoder-events-')
     from tensorboardX import SummaryWriter
-    self._tb = SummaryWriter(logdir=workdir, flush_secs=30)
+    self._tb = SummaryWriter(logdir=self._staging or workdir, flush_secs=30)
 
   def write(self, step: int, split: str, metrics: dict) -> None:
     if not self.enabled:
@@ -54,10 +64,23 @@ class MetricWriter:
     for name, value in metrics.items():
       if math.isfinite(float(value)):
         self._tb.add_scalar(f'{split}/{name}', float(value), step)
+    if self._staging and time.monotonic() - self._uploaded > TB_UPLOAD_SECONDS:
+      self._upload_events()
+
+  def _upload_events(self) -> None:
+    self._tb.flush()
+    for name in os.listdir(self._staging):
+      with open(os.path.join(self._staging, name), 'rb') as f:
+        storage.write_atomic(os.path.join(self.workdir, name), f.read())
+    self._uploaded = time.monotonic()
 
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+    if self._staging:
+      self._upload_events()
+      shutil.rmtree(self._staging, ignore_errors=True)
+      self._staging = None
 
 
 def _truncate_after(path: str, step: int) -> None:
