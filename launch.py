@@ -50,7 +50,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def run(argv: list[str]) -> int:
   args, overrides = parse_args(argv)
-  from encoder import configs
+  from encoder import configs, storage
+
+  for given in (args.workdir, args.report):  # refused before anything is written
+    if given:
+      storage.check(given)
 
   if args.list:
     for name, description in configs.list_experiments().items():
@@ -58,11 +62,12 @@ def run(argv: list[str]) -> int:
     return 0
   if args.report:
     from encoder.sweep import write_report
+    storage.check_bucket(args.report)
     records = write_report(args.report)
     if not records:
       from encoder.errors import ConfigError
       raise ConfigError(f"no sweep runs under '{args.report}'")
-    print(open(os.path.join(args.report, 'sweep.md')).read(), end='')
+    print(storage.read_text(os.path.join(args.report, 'sweep.md')), end='')
     return 0
   config = configs.load_experiment(args.exp)
   configs.apply_overrides(config, overrides)

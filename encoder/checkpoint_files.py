@@ -11,6 +11,7 @@ import os
 import jax
 import numpy as np
 
+from encoder import storage
 from encoder.errors import CheckpointError
 
 log = logging.getLogger('encoder')
@@ -26,31 +27,42 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
 def checkpoint_candidates(path: str) -> tuple[str, list[str]]:
   """(workdir, params directories to try, newest first): one for a step, every step for a
   workdir. Orbax's unfinished `<step>.orbax-checkpoint-tmp` directories are never candidates."""
-  path = os.path.abspath(os.path.expanduser(str(path)))
-  if not os.path.exists(path):
+  path = storage.abspath(os.path.expanduser(str(path)))
+  storage.check_checkpoint_location(path)
+  storage.check_bucket(path)
+  if not storage.exists(path):
     raise CheckpointError(f"no checkpoint at '{path}': give a workdir or a checkpoint step "
                           'directory')
-  if os.path.basename(path) == 'params' and os.path.isdir(path):
+  if os.path.basename(path) == 'params' and storage.isdir(path):
     path = os.path.dirname(path)
-  if os.path.isdir(os.path.join(path, 'params')):  # one step
+  if storage.isdir(os.path.join(path, 'params')):  # one step
     parent = os.path.dirname(path)
     workdir = os.path.dirname(parent) if os.path.basename(parent) == 'checkpoints' else parent
     return workdir, [os.path.join(path, 'params')]
-  if os.path.exists(os.path.join(path, 'model.safetensors')):
+  if storage.exists(os.path.join(path, 'model.safetensors')):
     raise CheckpointError(f"'{path}' is a Hugging Face model: convert it first with "
                           f'python -m encoder.convert --from-hf {path} --out WORKDIR')
   directory = os.path.join(path, 'checkpoints')
   workdir = path
-  if not os.path.isdir(directory):
+  if not storage.isdir(directory):
     directory, workdir = path, os.path.dirname(path)
-  if not os.path.isdir(directory):
+  if not storage.isdir(directory):
     raise CheckpointError(f"'{path}' is not a directory: give a workdir or a checkpoint step")
-  steps = sorted((int(n) for n in os.listdir(directory)
-                  if n.isdigit() and os.path.isdir(os.path.join(directory, n, 'params'))),
-                 reverse=True)
+  steps = sorted((int(n) for n in storage.listdir(directory)
+                  if n.isdigit() and _complete(os.path.join(directory, n))), reverse=True)
   if not steps:
     raise CheckpointError(f"'{path}' holds no complete checkpoint (no checkpoints/<step>/params)")
   return workdir, [os.path.join(directory, str(s), 'params') for s in steps]
+
+
+def _complete(step_dir: str) -> bool:
+  """Whether a step directory holds a whole checkpoint. Locally Orbax renames a step into place
+  once written, so its params/ is enough; on a bucket it writes in place and
+  `commit_success.txt` last, so that file must be there too."""
+  if not storage.isdir(os.path.join(step_dir, 'params')):
+    return False
+  return not storage.is_remote(step_dir) or storage.exists(
+      os.path.join(step_dir, 'commit_success.txt'))
 
 
 def restore_newest_params(path: str) -> tuple[str, str, dict]:

@@ -37,3 +37,32 @@ def encoder_log(caplog):
   caplog.set_level(logging.INFO, logger='encoder')
   yield caplog
   logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture(scope='session')
+def gcs_emulator():
+  """A GCS emulator on 127.0.0.1 for the session, holding the bucket `emulators.GCS_BUCKET`
+  (skipped, saying why, where it cannot start); yields its URL."""
+  from tests import emulators
+  with emulators.gcs_server() as url:
+    yield url
+
+
+@pytest.fixture(scope='session')
+def s3_emulator():
+  """A moto S3 server on 127.0.0.1 for the session, holding `emulators.S3_BUCKET`."""
+  from tests import emulators
+  with emulators.s3_server() as url:
+    yield url
+
+
+@pytest.fixture
+def cloud_env(gcs_emulator, s3_emulator, monkeypatch):
+  """This process pointed at both emulators the way a user does it: one variable each."""
+  from tests import emulators
+  for name in list(os.environ):
+    if name not in emulators.client_env():
+      monkeypatch.delenv(name)
+  monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
+  monkeypatch.setenv('AWS_ENDPOINT_URL', s3_emulator)
+  return emulators.client_env(gcs_emulator, s3_emulator)

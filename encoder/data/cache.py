@@ -7,12 +7,15 @@ a restart would trust.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
 from typing import Any
 
 import numpy as np
+
+from encoder import storage
 
 
 def digest(obj: Any) -> str:
@@ -26,12 +29,16 @@ def file_digest(paths: list[str]) -> str:
   h = hashlib.sha256()
   for path in sorted(paths):
     h.update(os.path.basename(path).encode())
-    with open(path, 'rb') as f:
-      h.update(f.read())
+    h.update(storage.read_bytes(path))
   return h.hexdigest()[:16]
 
 
 def _atomic(path: str, write) -> None:
+  if storage.is_remote(path):  # one upload: an object store commits it whole
+    buffer = io.BytesIO()
+    write(buffer)
+    storage.write_atomic(path, buffer.getvalue())
+    return
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix=os.path.basename(path))
@@ -56,9 +63,9 @@ def write_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 def read_arrays(path: str) -> dict[str, np.ndarray] | None:
   """The arrays saved at `path`, or None when absent."""
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return None
-  with np.load(path) as z:
+  with np.load(io.BytesIO(storage.read_bytes(path)) if storage.is_remote(path) else path) as z:
     return {k: z[k] for k in z.files}
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from encoder import storage
 from encoder.data import cache
 from encoder.errors import DataError
 
@@ -106,8 +107,7 @@ def _python_docs(cache_dir: str | None) -> Documents:
   training process. The text depends only on the Python version, which keys the cache.
   """
   if cache_dir:
-    with open(python_docs_path(cache_dir), encoding='utf-8') as f:
-      return json.load(f)
+    return json.loads(storage.read_text(python_docs_path(cache_dir)))
   return _build_python_docs()
 
 
@@ -115,7 +115,7 @@ def python_docs_path(cache_dir: str) -> str:
   """The cached python_docs JSON (a list of documents) under cache_dir, built when absent."""
   key = cache.digest({'corpus': 'python_docs', 'python': sys.version, 'rules': _rules_version()})
   path = os.path.join(cache_dir, f'python_docs-{key}.json')
-  if not os.path.exists(path):
+  if not storage.exists(path):
     cache.write_json(path, _build_python_docs())
   return path
 

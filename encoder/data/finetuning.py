@@ -14,6 +14,7 @@ import logging
 import os
 import re
 
+from encoder import storage
 from encoder.errors import DataError
 
 log = logging.getLogger('encoder')
@@ -47,7 +48,7 @@ def split_list(value) -> list[str]:
 def _lines(path: str) -> list[str]:
   """The file's lines, split at \\n only (with \\r\\n): str.splitlines would also split at
   U+2028, U+0085, \\x0b ... inside a field, breaking a row in two and shifting its label."""
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise DataError(f"data file '{path}' does not exist: point data.train / data.eval at it")
   lines = [line.removesuffix('\r') for line in read_utf8(path).split('\n')]
   if lines and lines[-1] == '':
@@ -61,7 +62,7 @@ def read_utf8(path: str, data: bytes | None = None) -> str:
   """The text of a UTF-8 file (a BOM dropped); DataError naming the line of a bad byte."""
   try:
     if data is None:
-      with open(path, 'rb') as f:
+      with storage.open(path, 'rb') as f:
         data = f.read()
   except OSError as e:
     raise DataError(f'cannot read {path}: {e.strerror or e}') from None

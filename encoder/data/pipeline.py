@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from etils import epath
 
+from encoder import storage
 from encoder.data import masking, prepare, pretraining
 from encoder.data.loader import BatchIterator, restore_step
 from encoder.data.permutation import PermutationSampler
@@ -170,14 +171,19 @@ def ensure_prepared(config, workdir: str, process_index: int = 0) -> dict:
 
 def _run_tokenizer(prepared_dir: str, workdir: str) -> Tokenizer:
   """WORKDIR/tokenizer: a copy of the preparation's (kept on resume), written whole."""
-  directory = os.path.join(workdir, 'tokenizer')
-  if not (os.path.isdir(directory) and os.listdir(directory)):
-    tmp = directory + '.tmp'
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    for f in (epath.Path(prepared_dir) / 'tokenizer').iterdir():
-      with open(os.path.join(tmp, f.name), 'wb') as out:
-        out.write(f.read_bytes())
-    shutil.rmtree(directory, ignore_errors=True)
-    os.replace(tmp, directory)
+  directory = storage.join(workdir, 'tokenizer')
+  if not (storage.isdir(directory) and storage.listdir(directory)):
+    files = {f.name: f.read_bytes() for f in (epath.Path(prepared_dir) / 'tokenizer').iterdir()}
+    if storage.is_remote(directory):  # no directory to rename: each object is committed whole
+      for name, data in files.items():
+        storage.write_atomic(storage.join(directory, name), data)
+    else:
+      tmp = directory + '.tmp'
+      shutil.rmtree(tmp, ignore_errors=True)
+      os.makedirs(tmp)
+      for name, data in files.items():
+        with open(os.path.join(tmp, name), 'wb') as out:
+          out.write(data)
+      shutil.rmtree(directory, ignore_errors=True)
+      os.replace(tmp, directory)
   return load_tokenizer(directory)

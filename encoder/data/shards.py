@@ -15,13 +15,13 @@ the shards, in order, are exactly those of reading the whole corpus at once.
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import gzip
 import json
-import os
 import re
 from collections.abc import Iterator
 
+from encoder import storage
 from encoder.errors import DataError
 
 Shard = dict
@@ -49,8 +49,7 @@ def read(shard: Shard) -> Iterator[list[str]]:
     for path, start, end in shard['pieces']:
       yield from _text_documents(_lines(path, start, end))
   elif kind == 'python_docs':
-    with open(shard['path'], encoding='utf-8') as f:
-      docs = json.load(f)
+    docs = json.loads(storage.read_text(shard['path']))
     yield from (doc for doc in docs[shard['start']:shard['end']] if doc)
   elif kind == 'tfds':
     from encoder.data import tfds_source
@@ -63,8 +62,7 @@ def read(shard: Shard) -> Iterator[list[str]]:
 def _text_files(pattern: str) -> list[str]:
   if not pattern:
     raise DataError("corpus 'text:' needs a path or glob: e.g. data.corpus=text:data/*.txt")
-  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                 if os.path.isfile(p))
+  paths = sorted(p for p in storage.glob(pattern) if storage.isfile(p))
   if not paths:
     raise DataError(f"no files match '{pattern}': check the path in data.corpus=text:GLOB")
   return paths
@@ -73,7 +71,7 @@ def _text_files(pattern: str) -> list[str]:
 def _plan_text(pattern: str, shard_bytes: int) -> list[Shard]:
   pieces: list[list] = []
   for path in _text_files(pattern):
-    size = os.path.getsize(path)
+    size = storage.getsize(path)
     if path.endswith('.gz') or size <= shard_bytes:
       pieces.append([path, 0, -1])
     else:
@@ -81,7 +79,7 @@ def _plan_text(pattern: str, shard_bytes: int) -> list[Shard]:
       pieces.extend([path, a, b] for a, b in zip(cuts[:-1], cuts[1:], strict=True))
   shards, group, group_bytes = [], [], 0
   for piece in pieces:  # small files share a shard until it holds about shard_bytes
-    n = (os.path.getsize(piece[0]) if piece[2] < 0 else piece[2]) - piece[1]
+    n = (storage.getsize(piece[0]) if piece[2] < 0 else piece[2]) - piece[1]
     if group and group_bytes + n > shard_bytes:
       shards.append({'kind': 'text', 'pieces': group})
       group, group_bytes = [], 0
@@ -99,7 +97,7 @@ def _cuts(path: str, size: int, shard_bytes: int) -> list[int]:
   documents to draw NotNext partners from.
   """
   cuts = [0]
-  with open(path, 'rb') as f:
+  with storage.open(path, 'rb') as f:
     while size - cuts[-1] > shard_bytes * 3 // 2:
       cut = _next_blank_line(f, cuts[-1] + shard_bytes, size)
       if cut is None or size - cut < shard_bytes // 2:
@@ -125,10 +123,10 @@ def _lines(path: str, start: int, end: int) -> Iterator[str]:
   """The lines of bytes [start, end) of a file (end -1: to its end), read in 1 MB blocks, so a
   reader that stops early (the tokenizer sample) reads little and none holds a whole shard."""
   try:
-    f = gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+    raw = storage.open(path, 'rb')
   except OSError as e:
     raise DataError(f'cannot read {path}: {e.strerror or e}') from None
-  with f:
+  with raw, (gzip.open(raw, 'rb') if path.endswith('.gz') else contextlib.nullcontext(raw)) as f:
     if start:
       f.seek(start)
     left = -1 if end < 0 else end - start
@@ -179,8 +177,7 @@ def _text_documents(lines) -> Iterator[list[str]]:
 def _plan_python_docs(cache_dir: str | None, shard_bytes: int) -> list[Shard]:
   from encoder.data import corpora
   path = corpora.python_docs_path(cache_dir)
-  with open(path, encoding='utf-8') as f:
-    docs = json.load(f)
+  docs = json.loads(storage.read_text(path))
   shards, start, size = [], 0, 0
   for i, doc in enumerate(docs):
     size += sum(len(s) + 1 for s in doc)

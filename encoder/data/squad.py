@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 
+from encoder import storage
 from encoder.data.finetuning import read_utf8
 from encoder.errors import DataError
 
@@ -30,7 +30,7 @@ class QAExample:
 
 
 def _load_json(path: str):
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise DataError(f"data file '{path}' does not exist: point data.train / data.eval at a "
                     'SQuAD JSON file')
   try:

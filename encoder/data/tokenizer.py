@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from encoder import storage
 from encoder.errors import DataError
 
 SPECIALS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -131,9 +132,9 @@ class SentencePieceTokenizer(Tokenizer):
     return _sp_id(self.sp, token)
 
   def save(self, directory: str) -> list[str]:
-    os.makedirs(directory, exist_ok=True)
+    storage.makedirs(directory)
     path = os.path.join(directory, _SP_MODEL)
-    with open(path, 'wb') as f:
+    with storage.open(path, 'wb') as f:
       f.write(self.proto)
     return [path]
 
@@ -178,11 +179,11 @@ class WordPieceTokenizer(Tokenizer):
     return self._ids.get(token)
 
   def save(self, directory: str) -> list[str]:
-    os.makedirs(directory, exist_ok=True)
+    storage.makedirs(directory)
     paths = [os.path.join(directory, _VOCAB), os.path.join(directory, _CONFIG)]
-    with open(paths[0], 'w', encoding='utf-8') as f:
+    with storage.open(paths[0], 'w', encoding='utf-8') as f:
       f.write(''.join(t + '\n' for t in self.vocab))
-    with open(paths[1], 'w', encoding='utf-8') as f:
+    with storage.open(paths[1], 'w', encoding='utf-8') as f:
       json.dump({'type': 'wordpiece', 'lower_case': self.lower_case}, f)
     return paths
 
@@ -193,32 +194,32 @@ def load_tokenizer(path: str, lower_case: bool | None = None) -> Tokenizer:
   For WordPiece, a tokenizer_config.json next to the vocab (written by `save`) decides the casing;
   without one, `lower_case` does (None: True, uncased BERT).
   """
-  path = os.path.expanduser(path)
-  if os.path.isdir(path):
+  path = os.path.expanduser(storage.check(path))
+  if storage.isdir(path):
     for name in (_SP_MODEL, _VOCAB):
-      if os.path.exists(os.path.join(path, name)):
+      if storage.exists(os.path.join(path, name)):
         return load_tokenizer(os.path.join(path, name), lower_case)
     raise DataError(f'{path} holds neither {_SP_MODEL} nor {_VOCAB}: point data.tokenizer at one')
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise DataError(f'tokenizer {path} does not exist: set data.tokenizer to a .model, vocab.txt '
                     "or directory, or to '' to train one")
   if path.endswith('.model'):
-    with open(path, 'rb') as f:
+    with storage.open(path, 'rb') as f:
       proto = f.read()
     try:
       return SentencePieceTokenizer(proto)
     except RuntimeError:
       raise DataError(f'{path} is not a SentencePiece model: give a valid .model file') from None
   try:
-    with open(path, encoding='utf-8') as f:
+    with storage.open(path, encoding='utf-8') as f:
       vocab = [line.rstrip('\r\n') for line in f]
   except UnicodeDecodeError:
     raise DataError(f'{path} is not a UTF-8 vocab.txt: give one token per line') from None
   while vocab and not vocab[-1]:
     vocab.pop()
   config = os.path.join(os.path.dirname(path), _CONFIG)
-  if os.path.exists(config):
-    with open(config, encoding='utf-8') as f:
+  if storage.exists(config):
+    with storage.open(config, encoding='utf-8') as f:
       lower_case = bool(json.load(f).get('lower_case', True))
   return WordPieceTokenizer(vocab, True if lower_case is None else lower_case)
 
@@ -291,7 +292,7 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
   """
   from encoder.data import cache
   directory = os.path.join(workdir, 'tokenizer')
-  if os.path.isdir(directory) and os.listdir(directory):
+  if storage.isdir(directory) and storage.listdir(directory):
     logging.info('Reusing the tokenizer in %s (data.tokenizer is ignored on resume)', directory)
     return load_tokenizer(directory)
   d = config.data
@@ -304,13 +305,16 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
       key = cache.digest({'corpus': d.get('corpus'), 'vocab_size': d.vocab_size, 'version': 1,
                           'documents': cache.digest(documents)})
       cached = os.path.join(cache_dir, f'spm-{key}.model')
-    if cached and os.path.exists(cached):
+    if cached and storage.exists(cached):
       tok = load_tokenizer(cached)
     else:
       tok = train_sentencepiece(documents, int(d.vocab_size),
                                 float(d.get('character_coverage', 0.9999)))
       if cached:
         cache.write_bytes(cached, tok.proto)
+  if storage.is_remote(directory):  # a bucket cannot rename: each file is one whole object
+    tok.save(directory)
+    return tok
   tmp = directory + '.tmp'  # saved whole, then renamed: a crash never leaves half a tokenizer
   shutil.rmtree(tmp, ignore_errors=True)
   tok.save(tmp)

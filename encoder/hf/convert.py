@@ -12,13 +12,13 @@ starting point, not a run to resume. Only safetensors weights are read (not pyto
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
 
 import numpy as np
 
+from encoder import storage
 from encoder.errors import CheckpointError, EncoderError
 from encoder.hf import mapping
 
@@ -28,7 +28,7 @@ OUR_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new'}
 
 def _read_json(path: str) -> dict:
   try:
-    with open(path, encoding='utf-8') as f:
+    with storage.open(path, encoding='utf-8') as f:
       value = json.load(f)
   except (OSError, ValueError, RecursionError) as e:
     raise CheckpointError(f"cannot read '{path}': {e}".split('\n')[0]) from None
@@ -83,17 +83,18 @@ def model_fields(hf: dict) -> dict:
 
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of model.safetensors (or its shards)."""
-  from safetensors.numpy import load_file
-  files = sorted(glob.glob(os.path.join(directory, 'model*.safetensors')))
+  from safetensors.numpy import load, load_file
+  files = sorted(storage.glob(os.path.join(directory, 'model*.safetensors')))
   if not files:
     other = [n for n in ('pytorch_model.bin', 'tf_model.h5') if
-             os.path.exists(os.path.join(directory, n))]
+             storage.exists(os.path.join(directory, n))]
     hint = f' (found {other[0]}: re-save it with safe_serialization=True)' if other else ''
     raise CheckpointError(f"'{directory}' has no model.safetensors{hint}")
   tensors = {}
   for path in files:
     try:
-      tensors.update(load_file(path))
+      tensors.update(load(storage.read_bytes(path)) if storage.is_remote(path) else
+                     load_file(path))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
       first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
       raise CheckpointError(f"cannot read '{path}' ({first}): is it a complete safetensors "
@@ -155,7 +156,8 @@ def _fresh_pooler(fields: dict) -> dict:
 
 
 def _check_out(out: str) -> None:
-  if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+  storage.check_bucket(out)
+  if storage.exists(out) and (not storage.isdir(out) or storage.listdir(out)):
     raise CheckpointError(f"'{out}' already exists and is not empty: choose a new --out")
 
 
@@ -164,14 +166,16 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   from encoder import configs
   from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
   from experiments import mlm_nsp_base
-  if not os.path.isfile(os.path.join(hf_dir, 'config.json')):
+  storage.check_bucket(hf_dir)
+  storage.check_checkpoint_location(workdir)
+  if not storage.isfile(os.path.join(hf_dir, 'config.json')):
     raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face BERT directory")
   _check_out(workdir)
   fields = model_fields(_read_json(os.path.join(hf_dir, 'config.json')))
-  if not os.path.isfile(os.path.join(hf_dir, 'vocab.txt')):
+  if not storage.isfile(os.path.join(hf_dir, 'vocab.txt')):
     raise CheckpointError(f"'{hf_dir}' has no vocab.txt: only WordPiece BERT tokenizers convert")
   tok_config_path = os.path.join(hf_dir, 'tokenizer_config.json')
-  tok_config = _read_json(tok_config_path) if os.path.exists(tok_config_path) else {}
+  tok_config = _read_json(tok_config_path) if storage.exists(tok_config_path) else {}
   lower_case = tok_config.get('do_lower_case')
   tokenizer = load_tokenizer(os.path.join(hf_dir, 'vocab.txt'),
                              True if lower_case is None else bool(lower_case))
@@ -191,22 +195,22 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   config = mlm_nsp_base.base_config()
   config.experiment = 'from_hf'
   config.model.update(fields)
-  config.data.tokenizer = os.path.join(os.path.abspath(workdir), 'tokenizer')
+  config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
   config.data.vocab_size = tokenizer.vocab_size
   config.data.lower_case = tokenizer.lower_case
   config.data.max_seq_length = min(config.data.max_seq_length, fields['max_position_embeddings'])
   config.data.nsp = 'nsp_head' in params or 'mlm' not in params
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   tokenizer.save(os.path.join(workdir, 'tokenizer'))
   _write_params(workdir, params)
-  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+  with storage.open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
     f.write(configs.to_json(config))
   return notes
 
 
 def to_hf(path: str, out: str) -> list[str]:
   """Writes our checkpoint as a HF BERT directory; returns notes for the user."""
-  from safetensors.numpy import save_file
+  from safetensors.numpy import save, save_file
 
   from encoder.data.tokenizer import WordPieceTokenizer
   from encoder.inference import load
@@ -235,15 +239,19 @@ def to_hf(path: str, out: str) -> list[str]:
       'type_vocab_size': cfg.type_vocab_size, 'initializer_range': cfg.initializer_range,
       'layer_norm_eps': cfg.layer_norm_eps, 'pad_token_id': int(tok.pad_id),
       'position_embedding_type': 'absolute', 'tie_word_embeddings': True}
-  os.makedirs(out, exist_ok=True)
-  save_file(tensors, os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
-  with open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
+  storage.makedirs(out)
+  weights = os.path.join(out, 'model.safetensors')
+  if storage.is_remote(out):
+    storage.write_atomic(weights, save(tensors, metadata={'format': 'pt'}))
+  else:
+    save_file(tensors, weights, metadata={'format': 'pt'})
+  with storage.open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(hf_config, f, indent=2)
   specials = {'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]',
               'cls_token': '[CLS]', 'mask_token': '[MASK]'}
   if isinstance(tok, WordPieceTokenizer):
     tok.save(out)  # vocab.txt (+ our tokenizer_config.json, replaced by HF's below)
-    with open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    with storage.open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
       json.dump({'tokenizer_class': 'BertTokenizer', 'do_lower_case': tok.lower_case,
                  'model_max_length': cfg.max_position_embeddings, **specials}, f, indent=2)
   else:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from encoder import storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.errors import CheckpointError, DataError
 from encoder.inference import classification, span_qa, tagging
@@ -58,15 +59,14 @@ def load(path: str) -> Model:
 
   workdir, _ = resolve_checkpoint(path)
   config_path = os.path.join(workdir, 'config.json')
-  if not os.path.isfile(config_path):
+  if not storage.isfile(config_path):
     raise CheckpointError(f"'{workdir}' has no config.json: load() needs the workdir the "
                           'checkpoint was trained in')
-  with open(config_path, encoding='utf-8') as f:
-    config = json.load(f)
+  config = json.loads(storage.read_text(config_path))
   if not isinstance(config.get('model'), dict):
     raise CheckpointError(f"'{config_path}' has no 'model' section: not one of our workdirs")
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
-  if not os.path.isdir(tokenizer_dir):
+  if not storage.isdir(tokenizer_dir):
     raise CheckpointError(f"'{workdir}' has no tokenizer/ directory: copy the tokenizer the "
                           'model was trained with there')
   try:

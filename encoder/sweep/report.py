@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 
+from encoder import storage
 from encoder.sweep.status import last_step, read_status
 from encoder.train.metric_writer import read_metrics
 
@@ -16,7 +18,7 @@ def collect(sweep_dir: str) -> list[dict]:
   """One record per attempted run directory: its status, overrides, final eval metrics and
   curve. A run still training (or killed mid-write) is read as far as its metrics are whole."""
   records = []
-  for name in sorted(os.listdir(sweep_dir)):
+  for name in sorted(storage.listdir(sweep_dir)):
     workdir = os.path.join(sweep_dir, name)
     record = read_status(workdir)
     if not record:
@@ -26,9 +28,8 @@ def collect(sweep_dir: str) -> list[dict]:
     record['steps'] = last_step(workdir)
     config_path = os.path.join(workdir, 'config.json')
     task = 'pretraining'
-    if os.path.exists(config_path):
-      with open(config_path) as f:
-        task = json.load(f).get('task', task)
+    if storage.exists(config_path):
+      task = json.loads(storage.read_text(config_path)).get('task', task)
     record['main_metric'] = MAIN_METRIC.get(task, 'loss')
     records.append(record)
   return records
@@ -45,16 +46,16 @@ def write_report(sweep_dir: str) -> list[dict]:
   rows = [[r['name'], ' '.join(r.get('overrides', [])), r.get('status', ''), r['steps'],
            r.get('wall_clock_s', ''), *(_fmt(r['final'].get(m)) for m in metric_names)]
           for r in records]
-  with open(os.path.join(sweep_dir, 'sweep.csv'), 'w', newline='') as f:
-    writer = csv.writer(f)
-    writer.writerow(header)
-    writer.writerows(rows)
+  table = io.StringIO(newline='')
+  writer = csv.writer(table)
+  writer.writerow(header)
+  writer.writerows(rows)
+  storage.write_atomic(os.path.join(sweep_dir, 'sweep.csv'), table.getvalue())
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
   failed = [r for r in records if r.get('status') == 'failed']
   lines += [''] + [f"- `{r['name']}` failed: {r.get('error', '')}" for r in failed]
-  with open(os.path.join(sweep_dir, 'sweep.md'), 'w') as f:
-    f.write('\n'.join(lines).rstrip() + '\n')
+  storage.write_atomic(os.path.join(sweep_dir, 'sweep.md'), '\n'.join(lines).rstrip() + '\n')
   _plot(records, os.path.join(sweep_dir, 'sweep.png'))
   return records
 
@@ -78,4 +79,6 @@ def _plot(records: list[dict], path: str) -> None:
   ax.grid(alpha=0.3)
   if ax.lines:
     ax.legend(fontsize=8)
-  fig.savefig(path, dpi=120)
+  image = io.BytesIO()
+  fig.savefig(image, format='png', dpi=120)
+  storage.write_atomic(path, image.getvalue())

@@ -14,7 +14,7 @@ import os
 import time
 import traceback
 
-from encoder import configs
+from encoder import configs, storage
 from encoder.errors import EncoderError
 from encoder.sweep.grid import expand, fixed_keys, run_name
 from encoder.sweep.report import write_report
@@ -35,6 +35,8 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     return []
   from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
   setup_logging()
+  storage.check_checkpoint_location(sweep_dir)
+  storage.check_bucket(sweep_dir)  # before anything is written
   run_configs = []
   for name, overrides in zip(names, grid, strict=True):  # all refused before any run starts
     run_config = copy.deepcopy(config)
@@ -44,7 +46,7 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
       run_config.data.cache_dir = os.path.join(sweep_dir, 'cache')
     check_workdir(run_config, os.path.join(sweep_dir, name))
     run_configs.append(run_config)
-  os.makedirs(sweep_dir, exist_ok=True)
+  storage.makedirs(sweep_dir)
   for name, overrides, run_config in zip(names, grid, run_configs, strict=True):
     workdir = os.path.join(sweep_dir, name)
     status = read_status(workdir)

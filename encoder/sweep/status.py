@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from encoder import storage
 from encoder.configs import nested_get
 from encoder.train.metric_writer import read_metrics
 
@@ -16,19 +17,15 @@ STATUS_FILE = 'run_status.json'
 def read_status(workdir: str) -> dict:
   """The run's last status record; {} for a run never attempted."""
   path = os.path.join(workdir, STATUS_FILE)
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     return {}
-  with open(path) as f:
-    return json.load(f)
+  return json.loads(storage.read_text(path))
 
 
 def write_status(workdir: str, record: dict) -> None:
   """Replaces the status record atomically, so a kill never leaves half of one."""
-  os.makedirs(workdir, exist_ok=True)
-  tmp = os.path.join(workdir, STATUS_FILE + '.tmp')
-  with open(tmp, 'w') as f:
-    json.dump(record, f, indent=2)
-  os.replace(tmp, os.path.join(workdir, STATUS_FILE))
+  storage.makedirs(workdir)
+  storage.write_atomic(os.path.join(workdir, STATUS_FILE), json.dumps(record, indent=2))
 
 
 def last_step(workdir: str) -> int:
@@ -42,10 +39,9 @@ def target_steps(workdir: str, config) -> int | None:
   if config.train.num_steps > 0:
     return int(config.train.num_steps)
   path = os.path.join(workdir, 'config.json')
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     return None
-  with open(path) as f:
-    return nested_get(json.load(f), ['train', 'num_steps'])
+  return nested_get(json.loads(storage.read_text(path)), ['train', 'num_steps'])
 
 
 def finished(workdir: str, config) -> bool:

@@ -9,25 +9,27 @@ Each item restores with plain Orbax, without this project:
 Orbax (0.12) writes a step into `<step>.orbax-checkpoint-tmp`, and renames it to `<step>` only
 after every item is written (and `commit_success.txt` is in it), so a save killed at any point
 never looks like a checkpoint: `all_steps` lists only renamed directories, and leftover
-temporary directories are removed when the next run opens the directory. What the rename
-cannot guard against (files damaged or deleted later, a disk that lied) is handled on restore:
-the newest step that restores in full wins, and newer unreadable ones are moved aside (never
-deleted) to `checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk
-full) raises a CheckpointError naming the step; Orbax deletes old steps only after a save
-committed, so the earlier checkpoints stay.
+temporary directories are removed when the next run opens the directory. On a gs:// bucket,
+where a rename is a copy, Orbax writes `<step>` in place and `commit_success.txt` last instead,
+and only steps holding that file count. What the rename cannot guard against (files damaged
+or deleted later, a disk that lied) is handled on restore: the newest step that restores in
+full wins, and newer unreadable ones are moved aside (never deleted) to
+`checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk full) raises a
+CheckpointError naming the step; Orbax deletes old steps only after a save committed, so the
+earlier checkpoints stay.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from encoder import storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.errors import CheckpointError
 
@@ -41,7 +43,7 @@ class Checkpointer:
   def __init__(self, workdir: str, keep: int, asynchronous: bool = True, best_metric: str = ''):
     """Keeps the newest `keep` steps; with `best_metric`, also the step that scored highest
     on it (an Orbax BestN policy over the metrics passed to `save`)."""
-    self.directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+    self.directory = storage.abspath(os.path.join(workdir, 'checkpoints'))
     keeping = {'max_to_keep': keep}
     if best_metric:
       from orbax.checkpoint import checkpoint_managers as policies
@@ -118,10 +120,10 @@ class Checkpointer:
     if not steps:
       return
     aside = os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')
-    os.makedirs(aside, exist_ok=True)
+    storage.makedirs(aside)
     for step in steps:
       target = os.path.join(aside, f'{step}-{time.strftime("%Y%m%d-%H%M%S")}')
-      shutil.move(os.path.join(self.directory, str(step)), target)
+      storage.move(os.path.join(self.directory, str(step)), target)
       log.warning('warning: moved unreadable checkpoint %s to %s', step, target)
     self.manager.reload()
 
@@ -144,7 +146,7 @@ class Checkpointer:
 
   def _empty_trash(self) -> None:
     if jax.process_index() == 0:  # Orbax moves old steps into TRASH on the primary host only
-      shutil.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
+      storage.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
 
   def close(self) -> None:
     self.wait()
@@ -153,9 +155,9 @@ class Checkpointer:
 
 def _step_dirs(directory: str) -> list[int]:
   """Committed steps on disk (Orbax's own list may be behind after a failed save)."""
-  if not os.path.isdir(directory):
+  if not storage.isdir(directory):
     return []
-  return [int(n) for n in os.listdir(directory) if n.isdigit()]
+  return [int(n) for n in storage.listdir(directory) if n.isdigit()]
 
 
 def find_params_directory(path: str) -> str:
@@ -189,9 +191,11 @@ def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
 
 def find_run_directory(path: str) -> str | None:
   """The workdir (holding config.json) that a checkpoint path belongs to, if any."""
-  path = os.path.abspath(os.path.expanduser(path))
+  path = storage.abspath(os.path.expanduser(path))
   for candidate in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(path)),
                     os.path.dirname(os.path.dirname(os.path.dirname(path)))):
-    if os.path.isfile(os.path.join(candidate, 'config.json')):
+    if storage.is_remote(candidate) and '/' not in candidate.split('://', 1)[1]:
+      break  # up to the bucket itself, no further
+    if storage.isfile(os.path.join(candidate, 'config.json')):
       return candidate
   return None

@@ -14,6 +14,7 @@ import json
 import math
 import os
 
+from encoder import storage
 from encoder.errors import ConfigError
 
 
@@ -42,13 +43,11 @@ class Evaluator:
     return metrics
 
   def _write(self, step: int, records: dict) -> None:
-    os.makedirs(self.directory, exist_ok=True)
+    storage.makedirs(self.directory)
     for name, rows in records.items():
       path = os.path.join(self.directory, f'{name}_step{step}.jsonl')
-      with open(path + '.tmp', 'w', encoding='utf-8') as f:
-        for row in rows:
-          f.write(json.dumps(row, ensure_ascii=False) + '\n')
-      os.replace(path + '.tmp', path)
+      storage.write_atomic(path, ''.join(json.dumps(row, ensure_ascii=False) + '\n'
+                                         for row in rows))
     if self.task.write_predictions is not None:  # extra formats, e.g. SQuAD's official files
       self.task.write_predictions(self.directory, step, records)
 
@@ -59,9 +58,8 @@ class BestMarker:
   def __init__(self, workdir: str, metric: str, enabled: bool = True):
     self.path, self.metric, self.enabled = os.path.join(workdir, 'best.json'), metric, enabled
     self.value = -math.inf
-    if metric and os.path.exists(self.path):
-      with open(self.path) as f:
-        self.value = float(json.load(f)['value'])
+    if metric and storage.exists(self.path):
+      self.value = float(json.loads(storage.read_text(self.path))['value'])
 
   def checkpoint_metrics(self, metrics: dict) -> dict | None:
     """What the Checkpointer ranks this step by (None: not an eval step, or no best metric)."""
@@ -81,7 +79,6 @@ class BestMarker:
     """Records `step` as the best (call after its checkpoint was saved)."""
     self.value = float(metrics[self.metric])
     if self.enabled:
-      with open(self.path + '.tmp', 'w') as f:
-        json.dump({'step': int(step), 'metric': self.metric, 'value': self.value,
-                   'checkpoint': os.path.join('checkpoints', str(int(step)))}, f)
-      os.replace(self.path + '.tmp', self.path)
+      storage.write_atomic(self.path, json.dumps(
+          {'step': int(step), 'metric': self.metric, 'value': self.value,
+           'checkpoint': os.path.join('checkpoints', str(int(step)))}))

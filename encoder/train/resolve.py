@@ -23,6 +23,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from encoder import storage
 from encoder.errors import ConfigError
 from encoder.modules.config import resolved_fields
 from encoder.train.checkpoint import find_run_directory
@@ -52,12 +53,11 @@ def init_from_fields(config) -> dict[str, Any]:
   run = find_run_directory(config.init_from) if config.init_from else None
   if run is None:
     return {}
-  with open(os.path.join(run, 'config.json')) as f:
-    saved = json.load(f).get('model', {})
+  saved = json.loads(storage.read_text(os.path.join(run, 'config.json'))).get('model', {})
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
             if saved.get(key) is not None and config.model.get(key) != saved[key]}
   tokenizer_dir = os.path.join(run, 'tokenizer')
-  if not config.data.tokenizer and os.path.isdir(tokenizer_dir):
+  if not config.data.tokenizer and storage.isdir(tokenizer_dir):
     fields['data.tokenizer'] = tokenizer_dir
   return fields
 

@@ -14,7 +14,7 @@ import signal
 import jax
 import numpy as np
 
-from encoder import configs
+from encoder import configs, storage
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
 from encoder.train import checkpoint as ckpt_lib
@@ -54,10 +54,9 @@ def setup_logging() -> None:
 def check_workdir(config, workdir: str) -> dict | None:
   """The workdir's saved config if it belongs to this run; ConfigError if it belongs to another."""
   path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return None
-  with open(path) as f:
-    saved = json.load(f)
+  saved = json.loads(storage.read_text(path))
   current = configs.from_json(configs.to_json(config))
   # The experiment first, as the most telling difference; fields unset here (filled from the
   # data) or absent there (added to the code since) do not count.
@@ -74,11 +73,8 @@ def check_workdir(config, workdir: str) -> dict | None:
 
 
 def write_config(config, workdir: str) -> None:
-  os.makedirs(workdir, exist_ok=True)
-  tmp = os.path.join(workdir, 'config.json.tmp')
-  with open(tmp, 'w') as f:
-    f.write(configs.to_json(config))
-  os.replace(tmp, os.path.join(workdir, 'config.json'))
+  storage.makedirs(workdir)
+  storage.write_atomic(os.path.join(workdir, 'config.json'), configs.to_json(config))
 
 
 class _StopRequest:
@@ -105,7 +101,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Trains (or resumes) `config` in `workdir`; returns the final eval metrics."""
   setup_logging()
   distributed.initialize(config.parallel)
-  workdir = os.path.abspath(workdir)
+  workdir = storage.abspath(workdir)  # a bucket URL stays one; an unknown scheme is refused
+  storage.check_checkpoint_location(workdir)
+  storage.check_bucket(workdir)  # a missing bucket or no credentials: before anything is written
   task = get_task(config.task)
   inherited = resolve_lib.init_from_fields(config)
   config = resolve_lib.with_fields(config, inherited)  # the data needs init_from's tokenizer

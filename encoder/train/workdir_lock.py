@@ -1,5 +1,7 @@
 """One run per workdir: `WORKDIR/run.lock` holds the owner's pid and host while it trains.
 
+A workdir on a bucket (gs://, s3://) is locked by an object instead (train/object_lock.py).
+
 Two runs writing one workdir would interleave metrics and race on checkpoints. The lock is an
 exclusive `fcntl.flock` on the file, which the kernel drops when its holder dies however it dies
 (SIGKILL included), so a crashed run never blocks the next one; the pid/host written inside is
@@ -20,6 +22,7 @@ import os
 import socket
 import time
 
+from encoder import storage
 from encoder.errors import ConfigError
 
 log = logging.getLogger('encoder')
@@ -58,6 +61,11 @@ def hold(workdir: str, enabled: bool = True):
   """Holds the workdir's lock for the duration; ConfigError (one line) if another run has it."""
   if not enabled:
     yield
+    return
+  if storage.is_remote(workdir):  # a bucket: no flock there, a lock object instead
+    from encoder.train import object_lock
+    with object_lock.hold(workdir):
+      yield
     return
   created = not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)

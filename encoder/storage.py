@@ -1,0 +1,268 @@
+"""One path layer for every file the project reads or writes: local paths and bucket URLs.
+
+A TPU pod slice has no shared disk, so its workdir is a bucket (`gs://bucket/run`), and so
+are corpora, `init_from` runs and checkpoints opened in Colab. Everything goes through here:
+
+- Local paths take the very calls the project always made (`open`, `os.path`, `os.replace`),
+  so local behaviour is unchanged byte for byte.
+- `gs://` and `s3://` go through etils `epath`, the path type Orbax itself uses, backed by
+  fsspec (gcsfs, s3fs) when TensorFlow is absent, as here. epath rather than bare fsspec: the
+  paths we hand Orbax and the paths we touch ourselves then resolve to one client with one
+  configuration. fsspec is used directly only where epath has no word for it: the exclusive
+  create (`mode='xb'`) that the workdir lock needs, and the client settings below.
+- Any other `scheme://` is refused with a one-line ConfigError before anything is written.
+
+One variable points every layer at a local emulator, as Google's and Amazon's clients read it:
+`STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (GCS) or `AWS_ENDPOINT_URL=...` (S3).
+`configure()` maps it to what each layer reads (gcsfs and google-cloud-storage read the same
+variable; tensorstore, Orbax's array writer, reads `TENSORSTORE_GCS_HTTP_URL` and
+`GOOGLE_AUTH_TOKEN_FOR_TESTING`) and uses anonymous credentials, so no client asks a cloud
+metadata server (169.254.169.254) for a token.
+"""
+
+from __future__ import annotations
+
+import builtins
+import glob as globlib
+import os
+import shutil
+from urllib import parse
+
+from encoder.errors import ConfigError
+
+SCHEMES = ('gs', 's3')
+_FSSPEC_PROTOCOL = {'gs': 'gcs', 's3': 's3'}
+_applied = None  # the (STORAGE_EMULATOR_HOST, AWS_ENDPOINT_URL) configure() applied
+_derived: set[str] = set()  # the variables configure() set itself
+_LOOPBACK = ('127.0.0.1', 'localhost', '::1')
+
+
+def scheme(path) -> str | None:
+  """'gs', 's3', another URL scheme, or None for a local path."""
+  text = os.fspath(path)
+  if '://' not in text:
+    return None
+  return text.split('://', 1)[0].lower()
+
+
+def is_remote(path) -> bool:
+  return scheme(path) is not None
+
+
+def check(path) -> str:
+  """`path` as a string; ConfigError (one line) for a URL scheme we cannot serve."""
+  text = os.fspath(path)
+  kind = scheme(text)
+  if kind is not None and kind not in SCHEMES:
+    raise ConfigError(f"unsupported storage URL '{text}': use a local path, gs://BUCKET/... or "
+                      's3://BUCKET/...')
+  if kind is not None and not parse.urlparse(text).netloc:
+    raise ConfigError(f"storage URL '{text}' names no bucket: use {kind}://BUCKET/PATH")
+  if kind is not None:
+    configure()  # before any layer (Orbax included) is handed the URL
+  return text
+
+
+def configure() -> None:
+  """Points every storage layer at the emulator the user named (again if the variables change)."""
+  global _applied
+  wanted = (os.environ.get('STORAGE_EMULATOR_HOST', ''), os.environ.get('AWS_ENDPOINT_URL', ''))
+  if wanted == _applied and all(name in os.environ for name in _derived):
+    return
+  import fsspec
+  if _applied is not None:  # undo the previous endpoints; their clients must not be reused
+    for name in _derived:
+      os.environ.pop(name, None)
+    _derived.clear()
+    fsspec.config.conf.get('gcs', {}).pop('token', None)
+    fsspec.config.conf.get('gcs', {}).pop('endpoint_url', None)
+    for protocol in _FSSPEC_PROTOCOL.values():
+      fsspec.get_filesystem_class(protocol).clear_instance_cache()
+  _applied = wanted
+  gcs_emulator, aws_endpoint = wanted
+  if gcs_emulator:
+    url = gcs_emulator if '://' in gcs_emulator else f'http://{gcs_emulator}'
+    _derive('TENSORSTORE_GCS_HTTP_URL', url)
+    _derive('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'anonymous')
+    # gcsfs probes the bucket type over gRPC first (and waits 60 s) unless told not to.
+    _derive('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+    fsspec.config.conf.setdefault('gcs', {}).update(token='anon', endpoint_url=url)
+  if aws_endpoint:
+    _derive('AWS_EC2_METADATA_DISABLED', 'true')  # never ask 169.254.169.254
+    host = parse.urlparse(aws_endpoint if '://' in aws_endpoint else f'http://{aws_endpoint}')
+    if host.hostname in _LOOPBACK and not os.environ.get('AWS_ACCESS_KEY_ID'):
+      # An S3 emulator refuses unsigned reads of private objects, as S3 does: it gets keys that
+      # mean nothing instead (a real endpoint keeps the user's own credentials).
+      _derive('AWS_ACCESS_KEY_ID', 'emulator')
+      _derive('AWS_SECRET_ACCESS_KEY', 'emulator')
+  # Orbax's arrays are written by tensorstore behind fsspec's back: a cached listing would miss
+  # them, so listings are always asked afresh.
+  for protocol in _FSSPEC_PROTOCOL.values():
+    fsspec.config.conf.setdefault(protocol, {})['use_listings_cache'] = False
+
+
+def _derive(name: str, value: str) -> None:
+  """Sets a variable that the user's one variable implies, unless the user set it too."""
+  if name not in os.environ or name in _derived:
+    os.environ[name] = value
+    _derived.add(name)
+
+
+def epath(path):
+  """An `etils.epath.Path` for a local path or a checked bucket URL."""
+  from etils import epath as epath_lib
+  text = check(path)
+  if is_remote(text):
+    configure()
+  return epath_lib.Path(text)
+
+
+def filesystem(path):
+  """The fsspec filesystem of a bucket URL (what epath uses underneath)."""
+  import fsspec
+  configure()
+  return fsspec.filesystem(_FSSPEC_PROTOCOL[scheme(check(path))])
+
+
+def abspath(path) -> str:
+  """A local path made absolute; a URL as given (less a trailing slash)."""
+  text = check(path)
+  return text.rstrip('/') if is_remote(text) else os.path.abspath(text)
+
+
+def join(path, *parts) -> str:
+  return os.path.join(os.fspath(path), *parts)
+
+
+def exists(path) -> bool:
+  return epath(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path) -> bool:
+  return epath(path).is_dir() if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path) -> bool:
+  if is_remote(path):
+    p = epath(path)
+    return p.exists() and not p.is_dir()
+  return os.path.isfile(path)
+
+
+def getsize(path) -> int:
+  return filesystem(path).size(path) if is_remote(path) else os.path.getsize(path)
+
+
+def listdir(path) -> list[str]:
+  if is_remote(path):
+    return [p.name for p in epath(path).iterdir()]
+  return os.listdir(path)
+
+
+def makedirs(path) -> None:
+  """A directory and its parents; a no-op on buckets, which have no directories."""
+  if not is_remote(path):
+    os.makedirs(path, exist_ok=True)
+  else:
+    check(path)
+
+
+def open(path, mode: str = 'r', encoding: str | None = None):  # noqa: A001 - mirrors builtins.open
+  if is_remote(path):
+    if 'b' not in mode:
+      encoding = encoding or 'utf-8'
+    return epath(path).open(mode, encoding=encoding)
+  return builtins.open(path, mode, encoding=encoding)
+
+
+def read_text(path) -> str:
+  with open(path, encoding='utf-8') as f:
+    return f.read()
+
+
+def read_bytes(path) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def write_atomic(path, data: bytes | str) -> None:
+  """Writes a whole file so a reader never sees half of it: locally a temporary file renamed
+  into place; on a bucket one upload, which an object store commits whole."""
+  data = data.encode('utf-8') if isinstance(data, str) else data
+  if is_remote(path):
+    with open(path, 'wb') as f:
+      f.write(data)
+    return
+  tmp = path + '.tmp'
+  with builtins.open(tmp, 'wb') as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+def remove(path) -> None:
+  if is_remote(path):
+    epath(path).unlink()
+  else:
+    os.remove(path)
+
+
+def rmtree(path, ignore_errors: bool = False) -> None:
+  if not is_remote(path):
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+    return
+  try:
+    epath(path).rmtree()
+  except (FileNotFoundError, OSError):
+    if not ignore_errors:
+      raise
+
+
+def move(source, target) -> None:
+  """Moves a file or directory tree (copy then delete on a bucket, which cannot rename)."""
+  if not is_remote(source):
+    shutil.move(source, target)
+    return
+  fs = filesystem(source)
+  fs.copy(source, target, recursive=True)
+  fs.rm(source, recursive=True)
+
+
+def glob(pattern: str) -> list[str]:
+  """Paths matching `pattern` (`**` recursive); files and directories, as `glob.glob`."""
+  if not is_remote(pattern):
+    return globlib.glob(os.path.expanduser(pattern), recursive=True)
+  prefix = scheme(pattern) + '://'
+  return [prefix + p for p in filesystem(pattern).glob(pattern)]
+
+
+def check_checkpoint_location(path) -> None:
+  """ConfigError (one line) for a place Orbax cannot keep checkpoints in.
+
+  Orbax 0.12 hands only gs:// to a remote tensorstore driver: an s3:// path goes to its local
+  file driver, normalised to `s3:/bucket/...`, which it refuses as not absolute (and its
+  asynchronous save then never finishes). So checkpoints live locally or on gs://; s3:// still
+  serves corpora, fine-tuning files, tokenizers and Hugging Face directories.
+  """
+  if scheme(check(path)) == 's3':
+    raise ConfigError(f"'{path}': Orbax (0.12) cannot read or write checkpoints on s3://; put "
+                      'the workdir on gs:// or a local or mounted path (e.g. mountpoint-s3)')
+
+
+def check_bucket(path) -> None:
+  """ConfigError (one line) unless the bucket of `path` exists and our credentials reach it;
+  nothing local. Called before a run writes anything, so a typo costs nothing."""
+  text = check(path)
+  if not is_remote(text):
+    return
+  kind, bucket = scheme(text), parse.urlparse(text).netloc
+  try:
+    filesystem(text).info(f'{kind}://{bucket}')
+  except FileNotFoundError:
+    raise ConfigError(f"bucket {kind}://{bucket} does not exist (in '{text}'): create it first "
+                      'or fix the URL') from None
+  except Exception as e:  # noqa: BLE001 - each client raises its own auth and network errors
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    raise ConfigError(
+        f"cannot reach bucket {kind}://{bucket} ({type(e).__name__}: {reason}): check your "
+        'credentials (gcloud auth application-default login; AWS_PROFILE or AWS_ACCESS_KEY_ID) '
+        'and the bucket name') from None

@@ -1,0 +1,161 @@
+"""The path layer (encoder/storage.py) against real clients and storage servers on 127.0.0.1:
+gcsfs on the GCS emulator, s3fs on moto; and the CLI's refusals of URLs it cannot serve."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from encoder import storage
+from encoder.errors import ConfigError
+from tests import emulators
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUCKETS = {'gs': f'gs://{emulators.GCS_BUCKET}', 's3': f's3://{emulators.S3_BUCKET}'}
+
+
+@pytest.mark.parametrize('kind', ['gs', 's3'])
+def test_files_round_trip_through_the_bucket(cloud_env, kind):
+  root = f'{BUCKETS[kind]}/roundtrip'
+  storage.write_atomic(f'{root}/a.json', '{"x": 1}')
+  storage.write_atomic(f'{root}/sub/b.txt', 'héllo\n'.encode())
+  with storage.open(f'{root}/sub/c.txt', 'w', encoding='utf-8') as f:
+    f.write('line\n')
+  assert storage.read_text(f'{root}/a.json') == '{"x": 1}'
+  assert storage.read_bytes(f'{root}/sub/b.txt') == 'héllo\n'.encode()
+  assert sorted(storage.listdir(root)) == ['a.json', 'sub']
+  assert storage.isdir(f'{root}/sub') and not storage.isfile(f'{root}/sub')
+  assert storage.isfile(f'{root}/a.json') and not storage.isdir(f'{root}/a.json')
+  assert not storage.exists(f'{root}/missing')
+  assert storage.glob(f'{root}/sub/*.txt') == [f'{root}/sub/b.txt', f'{root}/sub/c.txt']
+  storage.move(f'{root}/sub', f'{root}/moved')
+  assert sorted(storage.listdir(f'{root}/moved')) == ['b.txt', 'c.txt']
+  assert not storage.exists(f'{root}/sub/b.txt')
+  storage.remove(f'{root}/a.json')
+  storage.rmtree(root)
+  assert not storage.exists(f'{root}/moved/b.txt')
+  assert storage.abspath(f'{root}/') == root  # a URL is never made "absolute" locally
+
+
+def test_local_paths_take_the_plain_calls(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  storage.write_atomic('f.txt', 'text')
+  assert (tmp_path / 'f.txt').read_text() == 'text'
+  assert not (tmp_path / 'f.txt.tmp').exists()
+  assert storage.abspath('f.txt') == str(tmp_path / 'f.txt')
+  assert storage.glob('*.txt') == ['f.txt']
+  storage.check_bucket('f.txt')  # nothing to check locally
+
+
+@pytest.mark.parametrize('url', ['ftp://host/run', 'file:///tmp/run', 'gcs://bucket/run',
+                                 'gs:///no-bucket'])
+def test_urls_we_cannot_serve_are_refused(url):
+  with pytest.raises(ConfigError, match='unsupported storage URL|names no bucket'):
+    storage.check(url)
+
+
+@pytest.mark.parametrize('kind', ['gs', 's3'])
+def test_a_missing_bucket_is_one_config_error(cloud_env, kind):
+  with pytest.raises(ConfigError, match=rf'bucket {kind}://no-such-bucket does not exist'):
+    storage.check_bucket(f'{kind}://no-such-bucket/run')
+
+
+def test_no_credentials_is_one_config_error(monkeypatch):
+  # moto checking signatures, as S3 does, and knowing no key: every request is refused.
+  with emulators.s3_server(require_auth=True) as url:
+    for name, value in emulators.client_env(s3_url=url).items():
+      monkeypatch.setenv(name, value)
+    for name in set(os.environ) - set(emulators.client_env(s3_url=url)):
+      monkeypatch.delenv(name)
+    with pytest.raises(ConfigError, match='cannot reach bucket s3://encoder-test .*credentials'):
+      storage.check_bucket('s3://encoder-test/run')
+
+
+def launch(args, env, cwd):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch.py'), *args], cwd=cwd,
+                        env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_refuses_an_unknown_scheme_before_writing(tmp_path):
+  out = launch(['--exp', 'mlm_nsp_tiny:smoke', '--workdir', 'ftp://host/run'], os.environ,
+               tmp_path)
+  assert out.returncode == 2
+  assert out.stderr.startswith('error: unsupported storage URL') and out.stderr.count('\n') == 1
+  assert list(tmp_path.iterdir()) == []  # no local directory named 'ftp:'
+
+
+def test_cli_refuses_a_missing_bucket_and_no_credentials_before_writing(
+    tmp_path, gcs_emulator, cloud_env):
+  fs = storage.filesystem(BUCKETS['gs'])
+  before = fs.find(emulators.GCS_BUCKET)
+  out = launch(['--exp', 'mlm_nsp_tiny:smoke', '--workdir', 'gs://no-such-bucket/run'],
+               cloud_env, tmp_path)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.startswith('error: bucket gs://no-such-bucket does not exist')
+  assert out.stderr.count('\n') == 1
+  with emulators.s3_server(require_auth=True) as url:
+    out = launch(['--report', 's3://encoder-test/sweep'], emulators.client_env(s3_url=url),
+                 tmp_path)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.startswith('error: cannot reach bucket s3://encoder-test')
+  assert out.stderr.count('\n') == 1
+  assert list(tmp_path.iterdir()) == [] and fs.find(emulators.GCS_BUCKET) == before
+
+
+def test_cli_refuses_an_s3_workdir_orbax_cannot_write(tmp_path, cloud_env):
+  fs = storage.filesystem(BUCKETS['s3'])
+  before = fs.find(emulators.S3_BUCKET)
+  out = launch(['--exp', 'mlm_nsp_tiny:smoke', '--workdir', f"{BUCKETS['s3']}/run"], cloud_env,
+               tmp_path)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.startswith(f"error: '{BUCKETS['s3']}/run': Orbax (0.12) cannot read or write")
+  assert out.stderr.count('\n') == 1
+  assert list(tmp_path.iterdir()) == [] and fs.find(emulators.S3_BUCKET) == before
+
+
+def test_one_variable_points_every_layer_at_the_emulator_and_no_metadata_server(
+    cloud_env, monkeypatch):
+  """Orbax (tensorstore), epath/gcsfs and s3fs all reach the emulators from the one variable
+  each, and none of them asks a metadata server: the metadata hosts are pointed at a local
+  listener that counts connections."""
+  listener = socket.socket()
+  listener.bind(('127.0.0.1', 0))
+  listener.listen()
+  knocks = []
+
+  def count():
+    while True:
+      try:
+        conn, _ = listener.accept()
+      except OSError:
+        return
+      knocks.append(1)
+      conn.close()
+  threading.Thread(target=count, daemon=True).start()
+  metadata = f'127.0.0.1:{listener.getsockname()[1]}'
+  for name in ('GCE_METADATA_HOST', 'GCE_METADATA_IP', 'GCE_METADATA_ROOT'):
+    monkeypatch.setenv(name, metadata)
+  try:
+    import numpy as np
+
+    from encoder.checkpoint_files import restore_newest_params
+    from encoder.train.checkpoint import Checkpointer
+    params = {'encoder': {'w': np.arange(6.0, dtype=np.float32).reshape(2, 3)}}
+    workdir = f"{BUCKETS['gs']}/layers"  # Orbax cannot write s3:// (storage.py says why)
+    checkpointer = Checkpointer(workdir, keep=1)
+    checkpointer.save(1, params, {'step': np.int32(1)}, {'position': 1})
+    checkpointer.close()
+    _, params_dir, restored = restore_newest_params(workdir)
+    assert params_dir == f'{workdir}/checkpoints/1/params'
+    np.testing.assert_array_equal(restored['encoder']['w'], params['encoder']['w'])
+    for kind in ('gs', 's3'):
+      storage.write_atomic(f'{BUCKETS[kind]}/layers/x', 'x')
+      assert storage.listdir(f'{BUCKETS[kind]}/layers')
+      storage.rmtree(f'{BUCKETS[kind]}/layers')
+    assert os.environ['TENSORSTORE_GCS_HTTP_URL'] == cloud_env['STORAGE_EMULATOR_HOST']
+  finally:
+    listener.close()
+  assert knocks == []
