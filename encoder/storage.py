@@ -153,6 +153,14 @@ def getsize(path) -> int:
   return filesystem(path).size(path) if is_remote(path) else os.path.getsize(path)
 
 
+def version(path) -> str:
+  """What changes when the file does (size and modification time; a bucket's object info)."""
+  if is_remote(path):
+    return filesystem(path).ukey(path)
+  info = os.stat(path)
+  return f'{info.st_size}:{info.st_mtime_ns}'
+
+
 def listdir(path) -> list[str]:
   if is_remote(path):
     return [p.name for p in epath(path).iterdir()]

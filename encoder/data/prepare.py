@@ -25,6 +25,7 @@ import time
 
 from etils import epath
 
+from encoder import storage
 from encoder.data import cache, prepare_shard, shards
 from encoder.errors import DataError
 
@@ -203,7 +204,7 @@ def _worker_env():
 
 def _shard_size(shard: dict) -> int:
   if shard['kind'] == 'text':
-    return sum((os.path.getsize(p) if b < 0 else b) - a for p, a, b in shard['pieces'])
+    return sum((storage.getsize(p) if b < 0 else b) - a for p, a, b in shard['pieces'])
   return shard['end'] - shard['start']
 
 
@@ -211,7 +212,7 @@ def _fingerprint(plan: list[dict]) -> str:
   """Identity of the input: the plan plus each text file's size and modification time (hashing
   16 GB of content on every start would cost minutes)."""
   files = sorted({p for shard in plan if shard['kind'] == 'text' for p, _, _ in shard['pieces']})
-  stats = [(p, os.path.getsize(p), os.stat(p).st_mtime_ns) for p in files]
+  stats = [(p, storage.version(p)) for p in files]
   return cache.digest({'plan': plan, 'files': stats})
 
 
@@ -229,7 +230,7 @@ def _tokenizer_identity(config, workdir: str | None) -> tuple[str, dict]:
   """('workdir' | 'given' | 'trained', identity): a resumed run keeps its own tokenizer."""
   d = config.data
   own = os.path.join(workdir, 'tokenizer') if workdir else ''
-  if own and os.path.isdir(own) and os.listdir(own):
+  if own and storage.isdir(own) and storage.listdir(own):
     return 'workdir', {'files': _tokenizer_digest(own)}
   if d.tokenizer:
     return 'given', {'files': _tokenizer_digest(d.tokenizer), 'lower_case': bool(d.lower_case)}
@@ -237,17 +238,17 @@ def _tokenizer_identity(config, workdir: str | None) -> tuple[str, dict]:
 
 
 def _tokenizer_digest(path: str) -> str | None:
-  path = os.path.expanduser(path)
-  if os.path.isdir(path):
-    files = [os.path.join(path, f) for f in os.listdir(path)]
-  elif os.path.isfile(path):
+  path = path if storage.is_remote(path) else os.path.expanduser(path)
+  if storage.isdir(path):
+    files = [storage.join(path, f) for f in storage.listdir(path)]
+  elif storage.isfile(path):
     files = [path]
-    sibling = os.path.join(os.path.dirname(path), 'tokenizer_config.json')
-    if path.endswith('.txt') and os.path.exists(sibling):
+    sibling = storage.join(os.path.dirname(path), 'tokenizer_config.json')
+    if path.endswith('.txt') and storage.exists(sibling):
       files.append(sibling)
   else:
     return None
-  return cache.file_digest(sorted(f for f in files if os.path.isfile(f)))
+  return cache.file_digest(sorted(f for f in files if storage.isfile(f)))
 
 
 def ensure_tokenizer(config, s: dict) -> None:
