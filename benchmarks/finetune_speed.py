@@ -197,6 +197,7 @@ def main() -> int:
   parser.add_argument('--steps', type=int, default=30, help='timed steps per run per round')
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--length_buckets', default='auto', help='data.length_buckets of ours')
   parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
   args = parser.parse_args()
   model = minilm_dir()
@@ -232,6 +233,7 @@ def main() -> int:
       train, held = carve_conll(root, 4000, 32)
       extra = [f'data.train={train}', f'data.eval={held}']
     common = [f'init_from={converted}', f'data.max_seq_length={max_len}',
+              f'data.length_buckets={args.length_buckets}',
               f'train.batch_size={batch}', f'train.learning_rate={lr}', 'data.prefetch=2', *extra]
     ahead = args.steps * args.rounds + 1
     runs = {'bucketed': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_b'), common, ahead),
