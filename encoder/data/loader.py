@@ -37,15 +37,24 @@ class Sampler:
       return self._perms[epoch]
 
   def indices(self, step: int, process_index: int = 0, process_count: int = 1) -> np.ndarray:
-    per_host = self.global_batch // process_count
-    first = step * self.global_batch + process_index * per_host
-    positions = np.arange(first, first + per_host, dtype=np.int64)
-    epochs = positions // self.n
-    out = np.empty(per_host, np.int64)
-    for e in np.unique(epochs):
-      sel = epochs == e
-      out[sel] = self.permutation(int(e))[positions[sel] % self.n]
-    return out
+    return stream_indices(step, self.global_batch, self.n, lambda e, o: self.permutation(e)[o],
+                          process_index, process_count)
+
+
+def stream_indices(step: int, global_batch: int, n: int,
+                   permuted: Callable[[int, np.ndarray], np.ndarray], process_index: int = 0,
+                   process_count: int = 1) -> np.ndarray:
+  """This host's share of global batch `step`: stream positions [step*G, (step+1)*G), each
+  mapped by `permuted(epoch, offsets in that epoch)` to an instance (a batch may span epochs)."""
+  per_host = global_batch // process_count
+  first = step * global_batch + process_index * per_host
+  positions = np.arange(first, first + per_host, dtype=np.int64)
+  epochs = positions // n
+  out = np.empty(per_host, np.int64)
+  for e in np.unique(epochs):
+    sel = epochs == e
+    out[sel] = permuted(int(e), positions[sel] % n)
+  return out
 
 
 class BatchIterator(Iterator[Batch]):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from encoder.data.loader import stream_indices
+
 _ROUNDS = 6
 _M1, _M2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), \
     np.uint64(0x9E3779B97F4A7C15)
@@ -56,12 +58,6 @@ class PermutationSampler:
     return np.random.SeedSequence([self.seed, 0x5348, epoch]).generate_state(_ROUNDS, np.uint64)
 
   def indices(self, step: int, process_index: int = 0, process_count: int = 1) -> np.ndarray:
-    per_host = self.global_batch // process_count
-    first = step * self.global_batch + process_index * per_host
-    positions = np.arange(first, first + per_host, dtype=np.int64)
-    epochs = positions // self.n
-    out = np.empty(per_host, np.int64)
-    for e in np.unique(epochs):
-      sel = epochs == e
-      out[sel] = permute(positions[sel] % self.n, self.n, self.keys(int(e)))
-    return out
+    return stream_indices(step, self.global_batch, self.n,
+                          lambda e, o: permute(o, self.n, self.keys(e)), process_index,
+                          process_count)

@@ -31,6 +31,7 @@ import uuid
 
 from encoder import storage
 from encoder.errors import ConfigError
+from encoder.train.workdir_lock import parse_owner
 
 log = logging.getLogger('encoder')
 LOCK_FILE = 'run.lock'
@@ -40,14 +41,10 @@ STALE_SECONDS = 300.0
 
 def _read(fs, path: str) -> dict | None:
   try:
-    text = fs.cat_file(path).decode('utf-8', errors='replace').strip()
+    text = fs.cat_file(path).decode('utf-8', errors='replace')
   except FileNotFoundError:
     return None
-  try:
-    owner = json.loads(text)
-  except ValueError:
-    return {'pid': '?', 'host': '?', 'raw': text[:80]}
-  return owner if isinstance(owner, dict) else {'pid': '?', 'host': '?'}
+  return parse_owner(text) or {'pid': '?', 'host': '?'}
 
 
 def _create(fs, path: str, owner: dict) -> bool:

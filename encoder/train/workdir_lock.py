@@ -41,7 +41,12 @@ def _alive(pid: int) -> bool:
 
 def _read_owner(f) -> dict | None:
   f.seek(0)
-  text = f.read().strip()
+  return parse_owner(f.read())
+
+
+def parse_owner(text: str) -> dict | None:
+  """A lock's owner record (pid, host, start); a damaged one still names what it holds."""
+  text = text.strip()
   if not text:
     return None
   try:
