@@ -34,6 +34,8 @@ def _torch_available() -> bool:
 TOY = ['--sizes', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256', '--rounds', '1']
 
 
+# The script rehearsals below take 12-25 s each: slow, so the default suite stays under 10 min.
+@pytest.mark.slow
 @pytest.mark.parametrize('compare', ['none', 'torch'])
 def test_train_step_prints_json_lines(capsys, compare):
   if compare == 'torch' and not _torch_available():
@@ -55,6 +57,7 @@ def test_inference_prints_json_lines(capsys):
     assert line['ratio'] > 0
 
 
+@pytest.mark.slow
 def test_dtype_loss_prints_json_line(capsys):
   _script('dtype_loss').main(['--size', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256',
                               '--steps', '2'])
@@ -63,6 +66,7 @@ def test_dtype_loss_prints_json_line(capsys):
   assert isinstance(line['within_tolerance'], bool)
 
 
+@pytest.mark.slow
 def test_xla_flags_runs_each_flag_set_in_its_own_process(capsys):
   # A flag set that XLA rejects fails its process; it is reported, and the others still run.
   _script('xla_flags').main(TOY + ['--steps', '1', '--only', 'vector512',
@@ -72,6 +76,7 @@ def test_xla_flags_runs_each_flag_set_in_its_own_process(capsys):
   assert lines[0]['ratio'] == 1.0 and lines[1]['seq_per_s'] > 0
 
 
+@pytest.mark.slow
 def test_gpu_sh_rehearses_its_whole_run_on_cpu(tmp_path):
   # The script a borrowed GPU slot runs, end to end in its own process on this CPU, so the
   # first GPU run does not fail on a path, an import or a missing wheel.
