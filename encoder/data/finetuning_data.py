@@ -86,9 +86,10 @@ class FinetuningData:
     n = len(next(iter(merged.values())))
     if num_batches > 0:
       n = min(n, num_batches * self.global_batch)
+    lengths = merged['input_mask'].sum(1)
     order = np.arange(n)
     if self.buckets is not None:
-      order = np.argsort(merged['input_mask'][:n].sum(1), kind='stable')
+      order = np.argsort(lengths[:n], kind='stable')
     self._eval_order = np.argsort(order, kind='stable')
     total = max(math.ceil(n / self.global_batch), 1) * self.global_batch
     rows = np.concatenate([order, np.full(total - n, order[0] if n else 0)])
@@ -98,7 +99,7 @@ class FinetuningData:
     for start in range(0, total, self.global_batch):
       length = self.max_seq_length
       if self.buckets is not None:  # from the global batch, so every host pads it alike
-        longest = merged['input_mask'][rows[start:start + self.global_batch]].sum(1).max()
+        longest = lengths[rows[start:start + self.global_batch]].max()
         length = buckets_lib.bucket_of(self.buckets, int(longest))
       mine = slice(start + self.process_index * per_host,
                    start + (self.process_index + 1) * per_host)

@@ -186,10 +186,11 @@ def _train(config, workdir: str, task) -> dict:
   with _StopRequest() as stop:
     while step < t.num_steps:
       batch = next(train_iter)
-      if batch['input_ids'].shape[-1] not in lengths:
-        lengths.add(batch['input_ids'].shape[-1])
+      length = batch['input_ids'].shape[-1]
+      if length not in lengths:
+        lengths.add(length)
         progress.write(f'step {step + 1}: compiling the train step for sequence length '
-                       f'{batch["input_ids"].shape[-1]} ({len(lengths)} so far)')
+                       f'{length} ({len(lengths)} so far)')
       rstate, sums = train_step(rstate, strategy.place_batch(batch))
       step += 1
       monitor.add(step, sums)
