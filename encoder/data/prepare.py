@@ -279,7 +279,9 @@ def ensure_tokenizer(config, s: dict) -> None:
         (tmp / name).write_bytes(f.read())
     if folder.exists():
       folder.rmtree()
-    tmp.rename(folder)
+    # A rename locally; on a bucket a recursive copy then delete (s3fs, unlike gcsfs, will
+    # not rename a prefix), with no reader before the manifest names the tokenizer.
+    storage.move(str(tmp), str(folder))
   finally:
     shutil.rmtree(local, ignore_errors=True)
 
