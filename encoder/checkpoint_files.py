@@ -89,6 +89,7 @@ def restore_newest_params(path: str) -> tuple[str, str, dict]:
 def restore_params(params_dir: str) -> dict:
   """The params item as a nested dict of numpy arrays, restored on the host with plain Orbax."""
   import orbax.checkpoint as ocp
+  storage.check_checkpoint_location(params_dir)  # s3:// needs tensorstore's s3 driver installed
   try:
     restored = ocp.StandardCheckpointer().restore(params_dir)
   except Exception as e:  # noqa: BLE001 - Orbax raises many types for unreadable data

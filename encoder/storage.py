@@ -11,13 +11,17 @@ are corpora, `init_from` runs and checkpoints opened in Colab. Everything goes t
   configuration. fsspec is used directly only where epath has no word for it: the exclusive
   create (`mode='xb'`) that the workdir lock needs, and the client settings below.
 - Any other `scheme://` is refused with a one-line ConfigError before anything is written.
+- Orbax's arrays are written by tensorstore, not through here: gs:// by its gcs driver (Orbax
+  does that itself), s3:// by its s3 driver, which Orbax 0.12 does not select on its own;
+  `check_checkpoint_location` installs encoder/orbax_s3.py for that.
 
 One variable points every layer at a local emulator, as Google's and Amazon's clients read it:
 `STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (GCS) or `AWS_ENDPOINT_URL=...` (S3).
 `configure()` maps it to what each layer reads (gcsfs and google-cloud-storage read the same
 variable; tensorstore, Orbax's array writer, reads `TENSORSTORE_GCS_HTTP_URL` and
-`GOOGLE_AUTH_TOKEN_FOR_TESTING`) and uses anonymous credentials, so no client asks a cloud
-metadata server (169.254.169.254) for a token.
+`GOOGLE_AUTH_TOKEN_FOR_TESTING` for GCS, and takes AWS_ENDPOINT_URL as its s3 spec's
+`endpoint` from encoder/orbax_s3.py) and uses anonymous credentials (meaningless keys for a
+loopback S3 endpoint), so no client asks a cloud metadata server (169.254.169.254) for a token.
 """
 
 from __future__ import annotations
@@ -244,16 +248,16 @@ def glob(pattern: str) -> list[str]:
 
 
 def check_checkpoint_location(path) -> None:
-  """ConfigError (one line) for a place Orbax cannot keep checkpoints in.
+  """Readies Orbax for checkpoints at `path`, before it is handed the path.
 
-  Orbax 0.12 hands only gs:// to a remote tensorstore driver: an s3:// path goes to its local
-  file driver, normalised to `s3:/bucket/...`, which it refuses as not absolute (and its
-  asynchronous save then never finishes). So checkpoints live locally or on gs://; s3:// still
-  serves corpora, fine-tuning files, tokenizers and Hugging Face directories.
+  Local paths and gs:// Orbax serves itself. For s3:// it needs tensorstore's s3 driver, which
+  encoder/orbax_s3.py plugs into Orbax's one spec builder (that module says why, and why not a
+  local staging copy); that is installed here, or a ConfigError (one line) given if this Orbax
+  has no such builder.
   """
   if scheme(check(path)) == 's3':
-    raise ConfigError(f"'{path}': Orbax (0.12) cannot read or write checkpoints on s3://; put "
-                      'the workdir on gs:// or a local or mounted path (e.g. mountpoint-s3)')
+    from encoder import orbax_s3
+    orbax_s3.check_supported(path)
 
 
 def check_bucket(path) -> None:

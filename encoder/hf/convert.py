@@ -105,8 +105,11 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
 def _write_params(workdir: str, params: dict) -> None:
   """Step 0 in the Checkpointer layout (the `params` item only), committed atomically."""
   import orbax.checkpoint as ocp
-  options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'), options=options)
+
+  from encoder import orbax_s3
+  directory = os.path.join(workdir, 'checkpoints')
+  options = orbax_s3.manager_options(directory, create=True, enable_async_checkpointing=False)
+  manager = ocp.CheckpointManager(directory, options=options)
   manager.save(0, args=ocp.args.Composite(params=ocp.args.StandardSave(params)))
   manager.wait_until_finished()
   manager.close()

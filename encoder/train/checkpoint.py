@@ -9,14 +9,14 @@ Each item restores with plain Orbax, without this project:
 Orbax (0.12) writes a step into `<step>.orbax-checkpoint-tmp`, and renames it to `<step>` only
 after every item is written (and `commit_success.txt` is in it), so a save killed at any point
 never looks like a checkpoint: `all_steps` lists only renamed directories, and leftover
-temporary directories are removed when the next run opens the directory. On a gs:// bucket,
-where a rename is a copy, Orbax writes `<step>` in place and `commit_success.txt` last instead,
-and only steps holding that file count. What the rename cannot guard against (files damaged
-or deleted later, a disk that lied) is handled on restore: the newest step that restores in
-full wins, and newer unreadable ones are moved aside (never deleted) to
-`checkpoints_unreadable/`, with a one-line warning each. A save that fails (disk full) raises a
-CheckpointError naming the step; Orbax deletes old steps only after a save committed, so the
-earlier checkpoints stay.
+temporary directories are removed when the next run opens the directory. On a gs:// or s3://
+bucket, where a rename is a copy, Orbax writes `<step>` in place and `commit_success.txt` last
+instead, and only steps holding that file count (s3:// through encoder/orbax_s3.py). What the
+rename cannot guard against (files damaged or deleted later, a disk that lied) is handled on
+restore: the newest step that restores in full wins, and newer unreadable ones are moved aside
+(never deleted) to `checkpoints_unreadable/`, with a one-line warning each. A save that fails
+(disk full) raises a CheckpointError naming the step; Orbax deletes old steps only after a save
+committed, so the earlier checkpoints stay.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from encoder import storage
+from encoder import orbax_s3, storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.errors import CheckpointError
 
@@ -56,9 +56,12 @@ class Checkpointer:
     # Old steps are renamed into TRASH (atomic) rather than deleted in place: a run killed
     # while Orbax deletes a step would otherwise leave a half-deleted `<step>` that looks
     # committed. TRASH is emptied at start and after each committed save.
-    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=asynchronous,
-                                           cleanup_tmp_directories=True, todelete_subdir=TRASH,
-                                           **keeping)
+    # On s3:// (orbax_s3.manager_options) a step is written in place, commit_success.txt last,
+    # and old steps are deleted in place: a rename there is a copy.
+    options = orbax_s3.manager_options(self.directory, create=True,
+                                       enable_async_checkpointing=asynchronous,
+                                       cleanup_tmp_directories=True, todelete_subdir=TRASH,
+                                       **keeping)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
     self._empty_trash()
     self._writing = None  # the step whose asynchronous save may still be in flight

@@ -1,6 +1,9 @@
-"""Training with a bucket workdir, end to end on the GCS emulator (tests/emulators.py): the
+"""Training with a bucket workdir, end to end on the storage emulators (tests/emulators.py): the
 corpus, the data cache, config.json, metrics.jsonl, TensorBoard events, the tokenizer and the
-Orbax checkpoints all live in gs://, and a stopped run resumes exactly as a local one does."""
+Orbax checkpoints all live in gs:// (the GCS emulator) or s3:// (moto; Orbax's arrays through
+tensorstore's s3 driver, encoder/orbax_s3.py), and a stopped run resumes exactly as a local one
+does. The s3:// variants of the end-to-end runs are slow tests (each as long as its gs:// twin);
+the default suite keeps s3:// checkpoints in tests/test_storage.py's round trips."""
 
 import os
 import signal
@@ -17,7 +20,9 @@ from tests import emulators
 from tests.train.conftest import launch_cmd
 from tests.train.test_trainer import losses, train
 
-BUCKET = f'gs://{emulators.GCS_BUCKET}'
+BUCKETS = {'gs': f'gs://{emulators.GCS_BUCKET}', 's3': f's3://{emulators.S3_BUCKET}'}
+BOTH = pytest.mark.parametrize('kind', ['gs', pytest.param('s3', marks=pytest.mark.slow)])
+SLOW_BOTH = pytest.mark.parametrize('kind', ['gs', 's3'])
 
 
 @pytest.fixture(scope='module')
@@ -27,19 +32,23 @@ def straight(tmp_path_factory, corpus, cache_dir):
   return workdir, train(workdir, corpus, cache_dir, 'train.num_steps=4', 'train.log_every=1')
 
 
-def bucket_corpus(corpus) -> str:
+def bucket_corpus(bucket: str, corpus) -> str:
   """The test corpus copied into the bucket, as a `text:` glob over it."""
   with open(corpus, 'rb') as f:
-    storage.write_atomic(f'{BUCKET}/corpus/part-0.txt', f.read())
-  return f'{BUCKET}/corpus/*.txt'
+    storage.write_atomic(f'{bucket}/corpus/part-0.txt', f.read())
+  return f'{bucket}/corpus/*.txt'
 
 
-def test_a_bucket_run_stops_at_a_step_resumes_exactly_and_loads(cloud_env, straight, corpus):
+@BOTH
+def test_a_bucket_run_stops_at_a_step_resumes_exactly_and_loads(cloud_env, straight, corpus,
+                                                                 kind):
   straight, straight_metrics = straight
-  workdir, cache = f'{BUCKET}/stop-at-step', f'{BUCKET}/cache'
-  glob = bucket_corpus(corpus)
+  bucket = BUCKETS[kind]
+  workdir, cache = f'{bucket}/stop-at-step', f'{bucket}/cache'
+  glob = bucket_corpus(bucket, corpus)
   train(workdir, glob, cache, 'train.num_steps=4', 'train.log_every=1', 'train.stop_at_step=2')
-  assert max(losses(workdir)) == 2 and storage.exists(f'{workdir}/checkpoints/2/params')
+  assert max(losses(workdir)) == 2
+  assert storage.exists(f'{workdir}/checkpoints/2/commit_success.txt')  # committed in place
   resumed = train(workdir, glob, cache, 'train.num_steps=4', 'train.log_every=1')
   assert losses(workdir) == losses(straight)
   assert resumed == straight_metrics
@@ -66,7 +75,7 @@ def jax_leaves(tree):
 def test_a_second_run_on_a_held_bucket_workdir_is_refused(cloud_env, corpus, tmp_path):
   """The lock object of a live run (this test process, on this host) refuses the CLI run."""
   from encoder.train import object_lock
-  workdir = f'{BUCKET}/held'
+  workdir = f"{BUCKETS['gs']}/held"
   with object_lock.hold(workdir):
     out = subprocess.run(launch_cmd(workdir, corpus, str(tmp_path)), env=cloud_env,
                          capture_output=True, text=True, timeout=300)
@@ -77,15 +86,16 @@ def test_a_second_run_on_a_held_bucket_workdir_is_refused(cloud_env, corpus, tmp
 
 
 @pytest.mark.slow
+@SLOW_BOTH
 def test_sigterm_stops_a_bucket_run_and_the_same_command_resumes(cloud_env, corpus, cache_dir,
-                                                                  tmp_path):
+                                                                  tmp_path, kind):
   args = ('train.num_steps=40', 'train.checkpoint_every=1000', 'train.eval_every=1000',
           'train.log_every=1')
   env = {**cloud_env, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
   local = subprocess.run(launch_cmd(tmp_path / 'straight', corpus, cache_dir, *args), env=env,
                          capture_output=True, text=True, timeout=600)
   assert local.returncode == 0, local.stderr[-2000:]
-  workdir = f'{BUCKET}/sigterm'
+  workdir = f'{BUCKETS[kind]}/sigterm'
   cmd = launch_cmd(workdir, corpus, cache_dir, *args)
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
   deadline = time.time() + 300
@@ -102,8 +112,9 @@ def test_sigterm_stops_a_bucket_run_and_the_same_command_resumes(cloud_env, corp
 
 
 @pytest.mark.slow
-def test_init_from_reads_a_bucket_run(cloud_env, corpus, cache_dir, tmp_path, encoder_log):
-  source = f'{BUCKET}/init-source'
+@SLOW_BOTH
+def test_init_from_reads_a_bucket_run(cloud_env, corpus, cache_dir, tmp_path, encoder_log, kind):
+  source = f'{BUCKETS[kind]}/init-source'
   train(source, corpus, cache_dir, 'train.num_steps=2')
   train(tmp_path / 'dst', corpus, cache_dir, 'train.num_steps=1', 'train.learning_rate=0.0',
         'train.warmup_steps=0', f'init_from={source}')
@@ -117,7 +128,7 @@ def test_init_from_reads_a_bucket_run(cloud_env, corpus, cache_dir, tmp_path, en
 @pytest.mark.slow
 def test_a_two_run_sweep_and_its_report_live_in_the_bucket(cloud_env, corpus, cache_dir,
                                                            tmp_path):
-  sweep_dir = f'{BUCKET}/sweep'
+  sweep_dir = f"{BUCKETS['gs']}/sweep"
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   cmd = [*launch_cmd(sweep_dir, corpus, cache_dir, 'train.num_steps=2'),
          '--sweep', 'train.learning_rate=0.001,0.002']
