@@ -50,6 +50,10 @@ def base_config() -> config_dict.ConfigDict:
   d.prepare_timeout_s = 86400  # multi-host: how long processes > 0 wait for process 0's data
   # Scales the NSP term's gradient (a loss weight; the reported loss stays MLM + NSP).
   c.train.nsp_loss_weight = 1.0
+  # Set to move the weight linearly to this value from step nsp_ramp_start to nsp_ramp_end.
+  c.train.nsp_loss_weight_final = config_dict.placeholder(float)
+  c.train.nsp_ramp_start = 0
+  c.train.nsp_ramp_end = 0
   return c
 
 

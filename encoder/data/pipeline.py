@@ -47,6 +47,11 @@ class PretrainingData:
     self._train, self._eval = train, eval_split
     self.num_train_examples = len(train)
     self._sampler = PermutationSampler(self.num_train_examples, self.global_batch, self.seed)
+    # A scheduled NSP weight goes out with each train batch, a function of its step like the
+    # masks, so resuming gives the same weights; a constant one stays a static model field.
+    self._train_config = config.train
+    self._nsp_scheduled = (bool(d.nsp) and
+                           config.train.get('nsp_loss_weight_final') is not None)
 
   def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
     """Endless host batches from `state` (None: the start); `it.state()` is the resume point."""
@@ -58,7 +63,11 @@ class PretrainingData:
     # Masks drawn for the global batch (the trailing 0 keeps one-process runs as they were).
     rng = masking.RowSlice(np.random.default_rng([self.seed, _MASK_TAG, step, 0]),
                            self.process_index * self.batch_size, self.global_batch)
-    return self._assemble(self._train, idx, rng)
+    batch = self._assemble(self._train, idx, rng)
+    if self._nsp_scheduled:
+      from encoder.tasks.pretraining import nsp_weight_at
+      batch['nsp_weight'] = np.full(len(idx), nsp_weight_at(self._train_config, step), np.float32)
+    return batch
 
   def eval_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
     """The first `num_batches` eval host batches (cycling over the held-out instances)."""
@@ -144,6 +153,8 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
                       'hosts: make it a multiple of the host count')
   if not 0 <= process_index < process_count:
     raise ConfigError(f'process_index={process_index} is outside 0..{process_count - 1}')
+  from encoder.tasks.pretraining import check_nsp_schedule
+  check_nsp_schedule(t)
   s = ensure_prepared(config, workdir, process_index)
   manifest = prepare.read_manifest(s)
   tokenizer = _run_tokenizer(s['dir'], workdir)

