@@ -1,7 +1,9 @@
 """Differential training test: our train step against Hugging Face's PyTorch BERT, step by step.
 
   python benchmarks/parity_train.py --size tiny --steps 100 [--no_nsp]
-  python benchmarks/parity_train.py --recipe --steps 2500 --eval_every 500 --curves c.json
+  python benchmarks/parity_train.py --recipe --steps 2500 --eval_every 500 --curves c.json \
+      --plot curves.png
+  python benchmarks/parity_train.py --plot_from c.json --plot curves.png   # redraw, no training
 
 Both sides start from the same weights (ours, initialised by our code and exported by
 `encoder.hf.mapping.ours_to_hf`, the function behind `convert --to-hf`, into
@@ -61,6 +63,10 @@ def parse_args(argv=None):
   parser.add_argument('--workdir', default='runs/parity_train',
                       help='where the tokenizer and data cache live (reused between runs)')
   parser.add_argument('--curves', default='', help='write both sides\' per-step numbers here')
+  parser.add_argument('--plot', default='',
+                      help='draw both sides\' training loss and held-out accuracies (PNG)')
+  parser.add_argument('--plot_from', default='', metavar='CURVES_JSON',
+                      help='only redraw --plot from a --curves file written earlier')
   parser.add_argument('--_worker', type=int, default=0, help=argparse.SUPPRESS)
   parser.add_argument('--_out', default='', help=argparse.SUPPRESS)
   return parser.parse_args(argv)
@@ -364,11 +370,56 @@ def compare(ours: dict, noise: dict | None, theirs: dict, steps: int) -> dict:
   return result
 
 
+def _smooth(values, window: int) -> np.ndarray:
+  """Trailing mean over `window` steps: per-step losses of one batch each are too noisy to
+  compare two curves by eye."""
+  values = np.asarray(values, np.float64)
+  sums = np.cumsum(np.concatenate([[0.0], values]))
+  lo = np.maximum(np.arange(1, len(values) + 1) - window, 0)
+  return (sums[1:] - sums[lo]) / (np.arange(1, len(values) + 1) - lo)
+
+
+def plot_curves(curves: dict, path: str) -> None:
+  """Both frameworks side by side: smoothed training MLM and NSP loss, then held-out MLM and
+  NSP accuracy at each eval (when the run evaluated)."""
+  from matplotlib.figure import Figure
+  evals = bool(curves.get('ours_evals'))
+  fig = Figure(figsize=(11, 4.2 if not evals else 7.5), layout='constrained')
+  axes = fig.subplots(2 if evals else 1, 2, squeeze=False)
+  sides = (('ours', 'ours (JAX)', 'tab:blue'), ('hf', 'Hugging Face (PyTorch)', 'tab:orange'))
+  window = max(1, len(curves['ours']['loss']) // 50)
+  for ax, key in zip(axes[0], ('mlm_loss', 'nsp_loss'), strict=True):
+    for side, label, color in sides:
+      if key in curves[side]:
+        ax.plot(_smooth(curves[side][key], window), color=color, label=label, lw=1.2)
+    ax.set_title(f'training {key.replace("_", " ")} (mean of {window} steps)', fontsize=10)
+  if evals:
+    for ax, key in zip(axes[1], ('mlm_accuracy', 'nsp_accuracy'), strict=True):
+      for side, label, color in sides:
+        points = [(e['step'], e[key]) for e in curves[f'{side}_evals'] if key in e]
+        if points:
+          ax.plot(*zip(*points, strict=True), marker='o', color=color, label=label)
+      ax.set_title(f'held-out {key.replace("_", " ")}', fontsize=10)
+  for ax in axes.flat:
+    ax.set_xlabel('step')
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=8)
+  fig.savefig(path, dpi=110)
+
+
 def main(argv=None):
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
   if args._worker:
     return run_ours_worker(args)
+  if args.plot_from:
+    if not args.plot:
+      sys.exit('error: --plot_from needs --plot PATH for the image')
+    with open(args.plot_from, encoding='utf-8') as f:
+      plot_curves(json.load(f), args.plot)
+    print(f'wrote {args.plot}')
+    return None
   try:
     import torch  # noqa: F401
     import transformers  # noqa: F401
@@ -403,12 +454,15 @@ def main(argv=None):
                         ('HF MLM acc', 'hf_mlm_accuracy', '.4f'),
                         ('ours NSP acc', 'ours_nsp_accuracy', '.4f'),
                         ('HF NSP acc', 'hf_nsp_accuracy', '.4f')])
+  curves = {'result': result, 'config': ours['config'],
+            'ours': {k: v.tolist() for k, v in ours['losses'].items()},
+            'hf': {k: v.tolist() for k, v in theirs['losses'].items()},
+            'ours_evals': ours['evals'], 'hf_evals': theirs['evals']}
   if args.curves:
     with open(args.curves, 'w', encoding='utf-8') as f:
-      json.dump({'result': result, 'config': ours['config'],
-                 'ours': {k: v.tolist() for k, v in ours['losses'].items()},
-                 'hf': {k: v.tolist() for k, v in theirs['losses'].items()},
-                 'ours_evals': ours['evals'], 'hf_evals': theirs['evals']}, f)
+      json.dump(curves, f)
+  if args.plot:
+    plot_curves(curves, args.plot)
   diffs = result.pop('param_diffs')
   worst = sorted(diffs, key=diffs.get, reverse=True)[:6]
   print_table([{'name': n, 'diff': diffs[n], 'norm': float(np.linalg.norm(theirs['final'][n]))}

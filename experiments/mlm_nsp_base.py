@@ -2,8 +2,10 @@
 
 Sequence length 128, global batch 256, AdamW (lr 1e-4, beta2 0.999, eps 1e-6, weight decay 0.01
 except LayerNorm and biases), 10k warmup steps then linear decay to 0, global-norm clipping 1.0,
-1M steps. (The paper spends the last 10% of steps at sequence length 512; run that as a second
-experiment with `--config.data.max_seq_length=512 --config.init_from=runs/mlm_nsp_base`.)
+1M steps. (The paper spends the last 10% of steps at sequence length 512: in one run,
+`--config.data.max_seq_length=512 --config.data.first_phase_seq_length=128
+--config.data.first_phase_steps=900000`; or as a second experiment with
+`--config.data.max_seq_length=512 --config.init_from=runs/mlm_nsp_base`.)
 
 On the embedded corpus (the Python documentation, no download):
   python launch.py --exp mlm_nsp_base
@@ -40,6 +42,10 @@ def base_config() -> config_dict.ConfigDict:
   d.whole_word_masking = False
   d.dynamic_masking = True  # a fresh mask every epoch; False: dupe_factor static copies
   d.dupe_factor = 1  # instance passes over the corpus (the original used 10 with static masks)
+  # Two sequence lengths, as BERT trained (128 for 90% of its steps, then 512): set these to
+  # train the first data.first_phase_steps steps at this shorter length (0: one phase).
+  d.first_phase_seq_length = 0
+  d.first_phase_steps = 0
   d.eval_fraction = 0.02  # share of whole documents held out for eval
   d.max_eval_documents = 1000
   # Preparation (--prepare_data, or before the first training step): docs/scaling.md.

@@ -34,3 +34,21 @@ def test_training_matches_hugging_face(tmp_path, objective):
   assert result['max_inert_norm'] <= 1e-4
   assert result['pass']
   assert abs(result['ours_final_loss'] - result['hf_final_loss']) < 1e-3
+
+
+def test_plot_from_redraws_saved_curves_without_training(tmp_path):
+  """The side-by-side plot in docs/ablations.md is redrawn from a --curves file."""
+  steps = 40
+  losses = {'loss': [7.0 - 0.05 * i for i in range(steps)],
+            'mlm_loss': [6.3 - 0.05 * i for i in range(steps)], 'nsp_loss': [0.69] * steps}
+  evals = [{'step': s, 'mlm_accuracy': 0.01 * s, 'nsp_accuracy': 0.5} for s in (0, 20, 39)]
+  curves = tmp_path / 'curves.json'
+  curves.write_text(json.dumps({'ours': losses, 'hf': losses, 'ours_evals': evals,
+                                'hf_evals': evals}))
+  image = tmp_path / 'curves.png'
+  subprocess.run([sys.executable, SCRIPT, '--plot_from', str(curves), '--plot', str(image)],
+                 check=True, capture_output=True)
+  assert image.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and image.stat().st_size > 10_000
+  missing = subprocess.run([sys.executable, SCRIPT, '--plot_from', str(curves)],
+                           capture_output=True, text=True)
+  assert missing.returncode != 0 and 'needs --plot' in missing.stderr

@@ -142,8 +142,9 @@ def overlay(input_ids: np.ndarray, static: dict[str, np.ndarray]) -> dict[str, n
 
 
 def build_pretraining_data(config, workdir: str, process_index: int = 0,
-                           process_count: int = 1) -> PretrainingData:
-  """Prepares the corpus if nobody has (process 0; the others wait for it), then opens it."""
+                           process_count: int = 1):
+  """Prepares the corpus if nobody has (process 0; the others wait for it), then opens it:
+  a PretrainingData, or a PhasedPretrainingData when data.first_phase_seq_length is set."""
   d, t = config.data, config.train
   if t.batch_size < 1 or d.dupe_factor < 1:
     raise ConfigError(f'train.batch_size={t.batch_size} and data.dupe_factor={d.dupe_factor} '
@@ -155,7 +156,17 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
     raise ConfigError(f'process_index={process_index} is outside 0..{process_count - 1}')
   from encoder.tasks.pretraining import check_nsp_schedule
   check_nsp_schedule(t)
-  s = ensure_prepared(config, workdir, process_index)
+  first = first_phase_config(config)
+  final = _open(config, workdir, process_index, process_count)
+  if first is None:
+    return final
+  return PhasedPretrainingData(_open(first, workdir, process_index, process_count), final,
+                               int(d.first_phase_steps))
+
+
+def _open(config, workdir: str, process_index: int, process_count: int) -> PretrainingData:
+  d = config.data
+  s = ensure_prepared(config, workdir, process_index, phases=False)
   manifest = prepare.read_manifest(s)
   tokenizer = _run_tokenizer(s['dir'], workdir)
   stats = {'vocab_size': tokenizer.vocab_size, **manifest['totals']}
@@ -163,14 +174,62 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
   splits = {split: PreparedSplit(s['dir'], s['instances_dir'], manifest[f'{split}_instances'],
                                  split, static=(split == 'eval' or not d.dynamic_masking))
             for split in ('train', 'eval')}
-  logging.info('Pretraining data: %s', stats)
+  logging.info('Pretraining data (sequence length %d): %s', int(d.max_seq_length), stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
                          process_index, process_count)
 
 
-def ensure_prepared(config, workdir: str, process_index: int = 0) -> dict:
+def first_phase_config(config):
+  """The config of the first, shorter phase (None without one): BERT trained 90% of its steps
+  at sequence length 128 and the rest at 512, since attention's cost grows with the square of
+  the length while most of what MLM learns needs only short contexts; data.first_phase_steps
+  steps at data.first_phase_seq_length, then data.max_seq_length. Only the length (and with it
+  the default max_predictions_per_seq) differs between the phases' instances."""
+  d = config.data
+  length, steps = int(d.get('first_phase_seq_length', 0)), int(d.get('first_phase_steps', 0))
+  if not length:
+    return None
+  if not 8 <= length < int(d.max_seq_length) or steps < 1:
+    raise ConfigError(f'data.first_phase_seq_length={length} must lie in 8..data.max_seq_length-1'
+                      f' ({int(d.max_seq_length) - 1}) and data.first_phase_steps={steps} be at '
+                      'least 1 (or set first_phase_seq_length=0 for one phase)')
+  from encoder.train.resolve import with_fields
+  return with_fields(config, {'data.max_seq_length': length, 'data.first_phase_seq_length': 0})
+
+
+class PhasedPretrainingData:
+  """Two PretrainingData, one per sequence length: steps before `switch_step` read the first
+  phase's instances, later ones the final phase's. A batch stays a pure function of its step,
+  so resume is exact across the switch; eval always uses the final length, so curves compare
+  across the switch and with one-phase runs. The trainer compiles one step per length."""
+
+  def __init__(self, first: PretrainingData, final: PretrainingData, switch_step: int):
+    self.first, self.final, self.switch_step = first, final, switch_step
+    self.tokenizer = final.tokenizer
+    self.max_seq_length = final.max_seq_length
+    self.prefetch = final.prefetch
+    # An epoch is counted in the final phase's instances (the ones train.num_epochs means).
+    self.num_train_examples = final.num_train_examples
+    self.stats = {**final.stats, 'first_phase_train_instances':
+                  first.stats.get('train_instances', 0)}
+
+  def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
+    return BatchIterator(self.train_batch, restore_step(state), self.prefetch)
+
+  def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    return (self.first if step < self.switch_step else self.final).train_batch(step)
+
+  def eval_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
+    return self.final.eval_batches(num_batches)
+
+
+def ensure_prepared(config, workdir: str, process_index: int = 0, phases: bool = True) -> dict:
   """Process 0 prepares the corpus unless done; the others wait for its manifest, at most
-  data.prepare_timeout_s. Returns the preparation's settings (prepare.settings)."""
+  data.prepare_timeout_s. Returns the preparation's settings (prepare.settings). With
+  `phases`, a first phase's instances (data.first_phase_seq_length) are prepared too."""
+  first = first_phase_config(config) if phases else None
+  if first is not None:
+    ensure_prepared(first, workdir, process_index, phases=False)
   s = prepare.settings(config, workdir)
   if not prepare.is_prepared(s):
     if process_index == 0:

@@ -63,6 +63,19 @@ def test_stop_and_resume_gives_the_uninterrupted_metrics(tmp_path, corpus, cache
   assert losses(tmp_path / 'resumed', 'eval') == losses(tmp_path / 'straight', 'eval')
 
 
+def test_two_sequence_length_phases_resume_exactly_across_the_switch(tmp_path, corpus,
+                                                                      cache_dir, capfd):
+  # Stopped at step 4, before the switch at 6: the resumed run crosses it as the straight one.
+  common = ('train.num_steps=8', 'train.eval_every=4', 'train.checkpoint_every=4',
+            'data.first_phase_seq_length=16', 'data.first_phase_steps=6')
+  straight = train(tmp_path / 'straight', corpus, cache_dir, *common)
+  assert 'compiled for 2 sequence length(s): 16, 32' in capfd.readouterr().err
+  train(tmp_path / 'resumed', corpus, cache_dir, *common, 'train.stop_at_step=4')
+  resumed = train(tmp_path / 'resumed', corpus, cache_dir, *common)
+  assert resumed == straight
+  assert losses(tmp_path / 'resumed') == losses(tmp_path / 'straight')
+
+
 def test_sigterm_saves_and_the_same_command_resumes(tmp_path, corpus, cache_dir):
   args = ('train.num_steps=150', 'train.checkpoint_every=1000', 'train.eval_every=1000',
           'train.log_every=1')
