@@ -33,15 +33,21 @@ PUNCT = ',.;:!?'
 
 
 def held_out_sentences(config, run_dir: str) -> list[str]:
-  """The run's held-out documents' sentences, in corpus order."""
-  from encoder.data import corpora
-  from encoder.data.pipeline import split_documents
+  """The run's held-out documents' sentences, in corpus order: the documents its preparation
+  held out (the same shard plan and `prepare_shard.held_out` choice per shard)."""
+  from encoder.data import prepare_shard, shards
   d = config['data']  # the run's config.json, as `encoder.load` reads it
   cache = d.get('cache_dir') or os.path.join(run_dir, 'cache')
-  docs = corpora.load_documents(d['corpus'], cache if os.path.isdir(cache) else None,
-                                d.get('tfds_data_dir') or None)
-  _, eval_docs = split_documents(docs, d['eval_fraction'], d['max_eval_documents'])
-  return [s for doc in eval_docs for s in doc]
+  plan = shards.plan(d['corpus'], int(d.get('prepare_shard_mb', 8.0) * 2**20),
+                     cache if os.path.isdir(cache) else None, d.get('tfds_data_dir') or None)
+  sentences = []
+  for index, shard in enumerate(plan):
+    docs = list(shards.read(shard))
+    job = {'index': index, 'num_shards': len(plan),
+           'eval': {'fraction': d['eval_fraction'], 'max_documents': d['max_eval_documents']}}
+    held = prepare_shard.held_out(len(docs), job)
+    sentences += [s for i, doc in enumerate(docs) if i in held for s in doc]
+  return sentences
 
 
 def targets(sentence: str, tokenizer) -> list[tuple[int, int]]:
@@ -62,10 +68,13 @@ def targets(sentence: str, tokenizer) -> list[tuple[int, int]]:
   return spans
 
 
-def cloze_items(sentences: list[str], tokenizer, n: int) -> list[dict]:
-  """`n` (masked text, target piece) items, drawn with a fixed seed: one word per sentence."""
+def cloze_items(sentences: list[str], tokenizer, n: int, max_tokens: int = 10**9) -> list[dict]:
+  """`n` (masked text, target piece) items, drawn with a fixed seed: one word per sentence.
+  Sentences longer than the model's sequence (`max_tokens`, [CLS] and [SEP] included) are left
+  out: truncated, they would lose their right context, or the [MASK] itself."""
   rng = np.random.default_rng(SEED)
-  candidates = [(s, spans) for s in sentences if (spans := targets(s, tokenizer))]
+  candidates = [(s, spans) for s in sentences if (spans := targets(s, tokenizer))
+                and len(tokenizer.encode(s)) + 2 <= max_tokens]
   order = rng.permutation(len(candidates))[:n]
   items = []
   for i in sorted(order.tolist()):
@@ -92,7 +101,7 @@ def main(argv=None):
   import encoder
   model = encoder.load(args.run_dir)
   items = cloze_items(held_out_sentences(model.config, args.run_dir), model.tokenizer,
-                      args.sentences)
+                      args.sentences, int(model.config['data']['max_seq_length']))
   if len(items) < args.sentences:
     print(f'# only {len(items)} held-out sentences qualify', file=sys.stderr)
   top = score(model, items)

@@ -35,14 +35,17 @@ def test_named_sweeps_come_from_the_experiment():
   config = configs.load_experiment('mlm_nsp_tiny')
   module = configs.experiment_module('mlm_nsp_tiny')
   axes = parse_sweep('attention', config, module)
-  # The sweep pins the recipe its documented numbers came from (post-LN, mask rate 0.15, NSP 1).
+  # The sweep pins the recipe its documented numbers came from (post-LN, mask rate 0.15, NSP 1,
+  # sequence length 128).
   assert axes == [('model.attention', ['bidirectional', 'causal']), ('data.nsp', [False]),
                   ('train.num_steps', [4000]), ('model.norm', ['post']),
-                  ('data.mask_rate', [0.15]), ('train.nsp_loss_weight', [1.0])]
+                  ('data.mask_rate', [0.15]), ('train.nsp_loss_weight', [1.0]),
+                  ('data.max_seq_length', [128])]
   runs = grid.expand(axes)
   # The fixed settings reach every run but do not name it.
   assert runs[1] == ['model.attention=causal', 'data.nsp=false', 'train.num_steps=4000',
-                     'model.norm=post', 'data.mask_rate=0.15', 'train.nsp_loss_weight=1.0']
+                     'model.norm=post', 'data.mask_rate=0.15', 'train.nsp_loss_weight=1.0',
+                     'data.max_seq_length=128']
   assert [grid.run_name(o, grid.fixed_keys(axes)) for o in runs] == [
       'attention=bidirectional', 'attention=causal']
   # A key the user set on the command line keeps the user's value.

@@ -57,6 +57,7 @@ def test_scale_gradient_keeps_the_value_and_scales_the_gradient(scale):
   np.testing.assert_allclose(grad, 2 * x * np.broadcast_to(scale, x.shape), rtol=1e-6)
 
 
+@pytest.mark.slow  # ~25 s; scale_gradient's arithmetic is checked fast above
 def test_the_batch_weight_scales_nsps_share_of_the_gradient(corpus_dir, tmp_path):
   """The gradient of MLM + NSP with the batch weight w is grad MLM + w * grad NSP in every
   parameter (the NSP head's too: Adam's normalisation, not the gradient, keeps its steps full

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -63,13 +64,16 @@ def test_stop_and_resume_gives_the_uninterrupted_metrics(tmp_path, corpus, cache
   assert losses(tmp_path / 'resumed', 'eval') == losses(tmp_path / 'straight', 'eval')
 
 
+@pytest.mark.slow  # ~40 s; the batches across the switch are checked fast in tests/data
 def test_two_sequence_length_phases_resume_exactly_across_the_switch(tmp_path, corpus,
                                                                       cache_dir, capfd):
   # Stopped at step 4, before the switch at 6: the resumed run crosses it as the straight one.
   common = ('train.num_steps=8', 'train.eval_every=4', 'train.checkpoint_every=4',
             'data.first_phase_seq_length=16', 'data.first_phase_steps=6')
   straight = train(tmp_path / 'straight', corpus, cache_dir, *common)
-  assert 'compiled for 2 sequence length(s): 16, 32' in capfd.readouterr().err
+  err = capfd.readouterr().err  # the progress bar's notes (the log's handler may be elsewhere)
+  assert 'compiling the train step for sequence length 16 (1 so far)' in err
+  assert 'compiling the train step for sequence length 32 (2 so far)' in err
   train(tmp_path / 'resumed', corpus, cache_dir, *common, 'train.stop_at_step=4')
   resumed = train(tmp_path / 'resumed', corpus, cache_dir, *common)
   assert resumed == straight
@@ -178,3 +182,22 @@ def test_every_pretraining_experiment_smoke_trains(tmp_path, corpus, cache_dir):
       continue  # fine-tuning experiments are smoke-tested with their tasks
     metrics = train(tmp_path / name, corpus, cache_dir, 'train.num_steps=2', exp=f'{name}:smoke')
     assert np.isfinite(metrics['loss']) and 0 <= metrics['mlm_accuracy'] <= 1
+
+
+def test_cloze_benchmark_scores_a_run_on_its_held_out_sentences(finished_run, capsys):
+  import importlib.util
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  spec = importlib.util.spec_from_file_location('bench_cloze',
+                                                os.path.join(root, 'benchmarks', 'cloze.py'))
+  cloze = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cloze)
+  config = json.loads((finished_run / 'config.json').read_text())
+  # Exactly the sentences the run's preparation held out (its manifest counts them).
+  sentences = cloze.held_out_sentences(config, str(finished_run))
+  from encoder.data import prepare
+  manifests = [json.loads(p.read_text()) for p in
+               pathlib.Path(config['data']['cache_dir']).rglob(prepare.MANIFEST)]
+  assert len(sentences) in {m['totals']['eval_sentences'] for m in manifests if 'totals' in m}
+  cloze.main([str(finished_run), '--sentences', '20', '--examples', '0'])
+  result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert 0 < result['sentences'] <= 20 and 0 <= result['top1'] <= result['top5'] <= 1
