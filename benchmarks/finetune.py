@@ -34,6 +34,34 @@ def minilm_dir() -> str | None:
   return path if os.path.isfile(os.path.join(path, 'model.safetensors')) else None
 
 
+def build_run(exp: str, workdir: str, overrides: list[str]):
+  """Our fine-tuning run as the trainer builds it (config resolved against its data, the
+  `init_from` weights merged into fresh heads, the strategy's state and train step), for the
+  benchmarks that step or take apart what `launch.py` would run."""
+  from types import SimpleNamespace
+
+  from encoder import configs
+  from encoder.tasks import get_task
+  from encoder.train import checkpoint as ckpt
+  from encoder.train import resolve
+  from encoder.train.optim import make_optimizer
+  from encoder.train.strategy import init_params, make_strategy
+  config = configs.load_experiment(exp)
+  configs.apply_overrides(config, overrides)
+  task = get_task(config.task)
+  config = resolve.with_fields(config, resolve.init_from_fields(config))
+  data = task.datasets(config, workdir)
+  config = resolve.resolve(config, task, data)
+  model, tx = task.build_model(config), make_optimizer(config.train)
+  strategy, dummy = make_strategy(config.parallel), task.dummy_batch(config)
+  params, _ = ckpt.merge_init_from(init_params(model, dummy, 0),
+                                   ckpt.load_params(config.init_from))
+  return SimpleNamespace(
+      config=config, task=task, data=data, model=model, tx=tx, strategy=strategy, dummy=dummy,
+      params=params, state=strategy.init_state(model, tx, dummy, 0, params),
+      step_fn=strategy.steps(model, task, tx, config.train.grad_accum_steps)[0])
+
+
 def carve_sst2(directory: str, n_train: int, n_eval: int) -> tuple[str, str, str]:
   """A seeded shuffle of SST-2's train.tsv split into disjoint train and eval TSVs, and the
   name of its text column (the header says `text`, whatever the README calls it)."""

@@ -31,12 +31,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.cli import print_machine, print_table  # noqa: E402
-from benchmarks.finetune import minilm_dir  # noqa: E402
+from benchmarks.finetune import build_run, minilm_dir  # noqa: E402
 
 PARTS = ('forward', 'backward', 'optimizer', 'step')
 
 
-def _median_ms(fn, repeats: int, sync=lambda x: x) -> list[float]:
+def _times_ms(fn, repeats: int, sync=lambda x: x) -> list[float]:
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
@@ -51,34 +51,19 @@ class Ours:
   def __init__(self, converted: str, workdir: str, batch: int):
     import jax
     import optax
-
-    from encoder import configs
-    from encoder.tasks import get_task
-    from encoder.train import checkpoint as ckpt
-    from encoder.train import resolve
-    from encoder.train.optim import make_optimizer
-    from encoder.train.strategy import init_params, make_strategy
     tsv = os.path.join(workdir, 'sentences.tsv')
     with open(tsv, 'w', encoding='utf-8') as f:  # only to resolve the task; never trained on
       f.write('text\tlabel\n' + ''.join(f'a sentence {i}\t{i % 2}\n' for i in range(64)))
-    config = configs.load_experiment('classify_sst2')
-    configs.apply_overrides(config, [
+    run = build_run('classify_sst2', workdir, [
         f'init_from={converted}', f'data.train={tsv}', f'data.eval={tsv}',
         'model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
         f'train.batch_size={batch}', 'data.length_buckets=none'])
-    task = get_task(config.task)
-    config = resolve.with_fields(config, resolve.init_from_fields(config))
-    config = resolve.resolve(config, task, task.datasets(config, workdir))
+    task = run.task
     self.jax, self.task, self.batch_size = jax, task, batch
-    self.model, self.tx = task.build_model(config), make_optimizer(config.train)
-    self.dummy = task.dummy_batch(config)
-    params, _ = ckpt.merge_init_from(init_params(self.model, self.dummy, 0),
-                                     ckpt.load_params(config.init_from))
-    self.params = jax.device_put(params)
+    self.model, self.tx, self.dummy = run.model, run.tx, run.dummy
+    self.params = jax.device_put(run.params)
     self.opt_state = jax.jit(self.tx.init)(self.params)
-    self.strategy = make_strategy(config.parallel)
-    self.state = self.strategy.init_state(self.model, self.tx, self.dummy, 0, params)
-    self.step_fn, _ = self.strategy.steps(self.model, task, self.tx, 1)
+    self.strategy, self.state, self.step_fn = run.strategy, run.state, run.step_fn
 
     def loss(p, b):
       out = self.model.apply({'params': p}, b, deterministic=True)
@@ -115,7 +100,7 @@ class Ours:
     out = {}
     for part, fn in calls.items():
       sync(fn())  # compiled and warm
-      out[part] = _median_ms(fn, repeats, sync)
+      out[part] = _times_ms(fn, repeats, sync)
     return out
 
 
@@ -159,7 +144,7 @@ class Theirs:
     out = {}
     for part, fn in calls.items():
       fn()
-      out[part] = _median_ms(fn, repeats)
+      out[part] = _times_ms(fn, repeats)
     return out
 
 
@@ -180,8 +165,12 @@ def main(argv=None) -> int:
   except ImportError:
     print('skipped: needs torch and transformers for the other side')
     return 0
+  with tempfile.TemporaryDirectory(prefix='finetune_breakdown_') as root:
+    return _compare(model_dir, root, args)
+
+
+def _compare(model_dir: str, root: str, args) -> int:
   from encoder.hf.convert import from_hf
-  root = tempfile.mkdtemp(prefix='finetune_breakdown_')
   converted = os.path.join(root, 'minilm')
   from_hf(model_dir, converted)
   ours, theirs = Ours(converted, root, args.batch), Theirs(model_dir)

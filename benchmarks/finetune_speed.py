@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.cli import print_machine, print_table  # noqa: E402
-from benchmarks.finetune import DATA, carve_conll, carve_sst2, minilm_dir  # noqa: E402
+from benchmarks.finetune import DATA, build_run, carve_conll, carve_sst2, minilm_dir  # noqa: E402
 
 EXPERIMENTS = {'sst2': 'classify_sst2', 'conll': 'ner_conll2003', 'squad': 'qa_squad'}
 
@@ -45,28 +45,11 @@ class Ours:
 
   def __init__(self, exp: str, workdir: str, overrides: list[str], steps_ahead: int):
     import jax
-
-    from encoder import configs
-    from encoder.tasks import get_task
-    from encoder.train import checkpoint as ckpt
-    from encoder.train import resolve
-    from encoder.train.optim import make_optimizer
-    from encoder.train.strategy import init_params, make_strategy
     self.jax = jax
-    config = configs.load_experiment(exp)
-    configs.apply_overrides(config, overrides)
-    task = get_task(config.task)
-    config = resolve.with_fields(config, resolve.init_from_fields(config))
-    self.data = task.datasets(config, workdir)
-    config = resolve.resolve(config, task, self.data)
-    model, tx = task.build_model(config), make_optimizer(config.train)
-    self.strategy = make_strategy(config.parallel)
-    dummy = task.dummy_batch(config)
-    params, _ = ckpt.merge_init_from(init_params(model, dummy, 0),
-                                     ckpt.load_params(config.init_from))
-    self.state = self.strategy.init_state(model, tx, dummy, 0, params)
-    self.step_fn, _ = self.strategy.steps(model, task, tx, config.train.grad_accum_steps)
-    self.batch_size = int(config.train.batch_size)
+    run = build_run(exp, workdir, overrides)
+    self.data, self.strategy, self.state, self.step_fn = (run.data, run.strategy, run.state,
+                                                          run.step_fn)
+    self.batch_size = int(run.config.train.batch_size)
     # Compile every length the timed steps will meet (one step of each), then time from step 0.
     first = {}
     for step in range(steps_ahead):
