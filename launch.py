@@ -100,10 +100,9 @@ def run(argv: list[str]) -> int:
       raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
                         f'{config.task} experiment, whose data needs no preparation')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
-    from encoder.data.pipeline import first_phase_config
-    for phase in (first_phase_config(config), config):  # a first phase has its own instances
-      if phase is not None:
-        print(json.dumps(prepare.prepare(phase, workdir)), flush=True)
+    from encoder.data.pipeline import phase_configs
+    for phase in phase_configs(config):  # a first, shorter phase has its own instances
+      print(json.dumps(prepare.prepare(phase, workdir)), flush=True)
     return 0
   if args.inspect_data is not None:
     from encoder.data.inspect import inspect_data

@@ -156,17 +156,14 @@ def build_pretraining_data(config, workdir: str, process_index: int = 0,
     raise ConfigError(f'process_index={process_index} is outside 0..{process_count - 1}')
   from encoder.tasks.pretraining import check_nsp_schedule
   check_nsp_schedule(t)
-  first = first_phase_config(config)
-  final = _open(config, workdir, process_index, process_count)
-  if first is None:
-    return final
-  return PhasedPretrainingData(_open(first, workdir, process_index, process_count), final,
-                               int(d.first_phase_steps))
+  *first, final = [_open(phase, workdir, process_index, process_count)
+                    for phase in phase_configs(config)]
+  return PhasedPretrainingData(first[0], final, int(d.first_phase_steps)) if first else final
 
 
 def _open(config, workdir: str, process_index: int, process_count: int) -> PretrainingData:
   d = config.data
-  s = ensure_prepared(config, workdir, process_index, phases=False)
+  s = _ensure_one_prepared(config, workdir, process_index)
   manifest = prepare.read_manifest(s)
   tokenizer = _run_tokenizer(s['dir'], workdir)
   stats = {'vocab_size': tokenizer.vocab_size, **manifest['totals']}
@@ -177,6 +174,13 @@ def _open(config, workdir: str, process_index: int, process_count: int) -> Pretr
   logging.info('Pretraining data (sequence length %d): %s', int(d.max_seq_length), stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
                          process_index, process_count)
+
+
+def phase_configs(config) -> list:
+  """One config per sequence-length phase, in training order: the first phase's (when
+  data.first_phase_seq_length is set), then `config` itself."""
+  first = first_phase_config(config)
+  return [config] if first is None else [first, config]
 
 
 def first_phase_config(config):
@@ -213,8 +217,7 @@ class PhasedPretrainingData:
     self.stats = {**final.stats, 'first_phase_train_instances':
                   first.stats.get('train_instances', 0)}
 
-  def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
-    return BatchIterator(self.train_batch, restore_step(state), self.prefetch)
+  train_iterator = PretrainingData.train_iterator  # over this class's train_batch
 
   def train_batch(self, step: int) -> dict[str, np.ndarray]:
     return (self.first if step < self.switch_step else self.final).train_batch(step)
@@ -223,13 +226,15 @@ class PhasedPretrainingData:
     return self.final.eval_batches(num_batches)
 
 
-def ensure_prepared(config, workdir: str, process_index: int = 0, phases: bool = True) -> dict:
-  """Process 0 prepares the corpus unless done; the others wait for its manifest, at most
-  data.prepare_timeout_s. Returns the preparation's settings (prepare.settings). With
-  `phases`, a first phase's instances (data.first_phase_seq_length) are prepared too."""
-  first = first_phase_config(config) if phases else None
-  if first is not None:
-    ensure_prepared(first, workdir, process_index, phases=False)
+def ensure_prepared(config, workdir: str, process_index: int = 0) -> dict:
+  """Process 0 prepares the corpus (every phase's instances) unless done; the others wait for
+  its manifests, at most data.prepare_timeout_s. Returns the final phase's preparation settings
+  (prepare.settings)."""
+  return [_ensure_one_prepared(phase, workdir, process_index)
+          for phase in phase_configs(config)][-1]
+
+
+def _ensure_one_prepared(config, workdir: str, process_index: int) -> dict:
   s = prepare.settings(config, workdir)
   if not prepare.is_prepared(s):
     if process_index == 0:

@@ -67,15 +67,19 @@ def nsp_weight_at(train, step: int) -> float:
   first, final = float(train.nsp_loss_weight), train.get('nsp_loss_weight_final')
   if final is None:
     return first
-  start, end = int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
+  start, end = _nsp_ramp(train)
   progress = min(max((step - start) / max(end - start, 1), 0.0), 1.0)
   return first + progress * (float(final) - first)
+
+
+def _nsp_ramp(train) -> tuple[int, int]:
+  return int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
 
 
 def check_nsp_schedule(train) -> None:
   if train.get('nsp_loss_weight_final') is None:
     return
-  start, end = int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
+  start, end = _nsp_ramp(train)
   if not 0 <= start <= end:
     raise ConfigError(f'train.nsp_ramp_start={start} and train.nsp_ramp_end={end} must satisfy '
                       '0 <= start <= end')
