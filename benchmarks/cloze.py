@@ -40,13 +40,11 @@ def held_out_sentences(config, run_dir: str) -> list[str]:
   cache = d.get('cache_dir') or os.path.join(run_dir, 'cache')
   plan = shards.plan(d['corpus'], int(d.get('prepare_shard_mb', 8.0) * 2**20),
                      cache if os.path.isdir(cache) else None, d.get('tfds_data_dir') or None)
+  held_out = {'fraction': d['eval_fraction'], 'max_documents': d['max_eval_documents']}
   sentences = []
   for index, shard in enumerate(plan):
-    docs = list(shards.read(shard))
-    job = {'index': index, 'num_shards': len(plan),
-           'eval': {'fraction': d['eval_fraction'], 'max_documents': d['max_eval_documents']}}
-    held = prepare_shard.held_out(len(docs), job)
-    sentences += [s for i, doc in enumerate(docs) if i in held for s in doc]
+    job = {'shard': shard, 'index': index, 'num_shards': len(plan), 'eval': held_out}
+    sentences += [s for doc in prepare_shard.split_shard(job)[0]['eval'] for s in doc]
   return sentences
 
 

@@ -63,14 +63,7 @@ def _tokens(job: dict) -> dict:
   if marker.exists():
     return json.loads(marker.read_text())
   tokenizer = load_tokenizer(job['dir'])
-  docs, raw_bytes = [], 0
-  for doc in shards.read(job['shard']):
-    docs.append(doc)
-    raw_bytes += sum(len(s) for s in doc) + len(doc) + 1  # characters, newlines, blank line
-  eval_ids = held_out(len(docs), job)
-  split_docs = {'train': [x for i, x in enumerate(docs) if i not in eval_ids],
-                'eval': [x for i, x in enumerate(docs) if i in eval_ids]}
-  del docs
+  split_docs, raw_bytes = split_shard(job)
   counts = {'bytes': raw_bytes}
   dtype = token_dtype(tokenizer.vocab_size)
   for split in SPLITS:
@@ -86,6 +79,19 @@ def _tokens(job: dict) -> dict:
                    f'{split}_tokens': int(len(corpus.tokens))})
   marker.write_text(json.dumps(counts))
   return counts
+
+
+def split_shard(job: dict) -> tuple[dict[str, list], int]:
+  """The shard's documents as {'train': [...], 'eval': [...]} (each a list of sentences), and
+  its raw text size in bytes. Reads only job['shard'], job['index'], job['num_shards'] and
+  job['eval']."""
+  docs, raw_bytes = [], 0
+  for doc in shards.read(job['shard']):
+    docs.append(doc)
+    raw_bytes += sum(len(s) for s in doc) + len(doc) + 1  # characters, newlines, blank line
+  eval_ids = held_out(len(docs), job)
+  return {'train': [x for i, x in enumerate(docs) if i not in eval_ids],
+          'eval': [x for i, x in enumerate(docs) if i in eval_ids]}, raw_bytes
 
 
 def held_out(n: int, job: dict) -> set[int]:
