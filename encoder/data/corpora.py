@@ -124,8 +124,13 @@ def _build_python_docs() -> Documents:
   start = time.time()
   logging.info('Building the python_docs corpus from the interpreter (a few seconds)...')
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  # setuptools' distutils-precedence.pth swaps its own distutils in for the standard
+  # library's where setuptools is installed, which made the corpus depend on the environment
+  # (386 or 394 documents here, by setuptools version); 'stdlib' keeps the standard library's
+  # everywhere (393).
+  env = {**os.environ, 'PYTHONWARNINGS': 'ignore', 'SETUPTOOLS_USE_DISTUTILS': 'stdlib'}
   out = subprocess.run([sys.executable, '-m', 'encoder.data.python_docs'], capture_output=True,
-                       check=True, cwd=root, env={**os.environ, 'PYTHONWARNINGS': 'ignore'})
+                       check=True, cwd=root, env=env)
   texts: list[list[str]] = json.loads(out.stdout)
   docs = [[s for text in doc for s in split_sentences(text)] for doc in texts]
   logging.info('python_docs: %d documents in %.1fs', len(docs), time.time() - start)
