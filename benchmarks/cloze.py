@@ -2,7 +2,7 @@
 
   python benchmarks/cloze.py RUN_DIR [--sentences 200] [--examples 5]
 
-The sentences come from the run's own held-out documents (`encoder.data.pipeline.
+The sentences come from the run's own held-out documents (`encoder.data.pretrain.pretraining_data.
 split_documents` with the run's corpus and eval settings), so the model never trained on them.
 A sentence qualifies when it reads as prose (6 to 40 words, at least 70% of them plain
 alphabetic words); its target is one such word, not the first, that the run's tokenizer writes
@@ -34,17 +34,18 @@ PUNCT = ',.;:!?'
 
 def held_out_sentences(config, run_dir: str) -> list[str]:
   """The run's held-out documents' sentences, in corpus order: the documents its preparation
-  held out (the same shard plan and `prepare_shard.held_out` choice per shard)."""
-  from encoder.data import prepare_shard, shards
+  held out (the same shard plan and `shard_worker.held_out` choice per shard)."""
+  from encoder.data.pretrain import shard_worker
+  from encoder.data.corpus import sources
   d = config['data']  # the run's config.json, as `encoder.load` reads it
   cache = d.get('cache_dir') or os.path.join(run_dir, 'cache')
-  plan = shards.plan(d['corpus'], int(d.get('prepare_shard_mb', 8.0) * 2**20),
+  plan = sources.plan(d['corpus'], int(d.get('prepare_shard_mb', 8.0) * 2**20),
                      cache if os.path.isdir(cache) else None, d.get('tfds_data_dir') or None)
   held_out = {'fraction': d['eval_fraction'], 'max_documents': d['max_eval_documents']}
   sentences = []
   for index, shard in enumerate(plan):
     job = {'shard': shard, 'index': index, 'num_shards': len(plan), 'eval': held_out}
-    sentences += [s for doc in prepare_shard.split_shard(job)[0]['eval'] for s in doc]
+    sentences += [s for doc in shard_worker.split_shard(job)[0]['eval'] for s in doc]
   return sentences
 
 

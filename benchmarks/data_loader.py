@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from encoder.data.pipeline import build_pretraining_data  # noqa: E402
+from encoder.data.pretrain.pretraining_data import build_pretraining_data  # noqa: E402
 from experiments import mlm_nsp_base  # noqa: E402
 
 

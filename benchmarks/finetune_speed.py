@@ -163,7 +163,7 @@ def _conll(path: str) -> list[tuple[list[str], list[str]]]:
 def squad_file(root: str, n: int) -> str | None:
   """Cloze questions on paragraphs of 1-12 sentences (short and long contexts, as SQuAD's)."""
   from benchmarks.qa import cloze_paragraphs, write_squad
-  from encoder.data.corpora import load_documents
+  from encoder.data.corpus.sources import load_documents
   documents = load_documents('python_docs', os.path.join(root, 'cache'))
   rng = random.Random(0)
   paragraphs = []

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.beam and not args.train_only:
       prepared = os.path.join(args.dir, 'prepared', f'{size:g}mb-beam')
       shutil.rmtree(prepared, ignore_errors=True)
-      r = run_measured([args.beam_python, '-m', 'encoder.data.beam_prepare', '--exp',
+      r = run_measured([args.beam_python, '-m', 'encoder.data.pretrain.beam_pipeline', '--exp',
                         'mlm_nsp_tiny', '--workdir', os.path.join(args.dir, 'runs', 'beam'),
                         corpus, f'--config.data.prepared_dir={prepared}', *common])
       row = {'kind': 'beam', 'size_mb': size, **{k: v for k, v in r.items() if k != 'json'},

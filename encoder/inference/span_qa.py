@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoder.data.squad import QAExample
-from encoder.data.squad_features import build_features
+from encoder.data.finetune.squad_examples import QAExample
+from encoder.data.finetune.squad_features import build_features
 from encoder.errors import DataError
 from encoder.inference.heads import encode_trimmed, head_logits
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from encoder.data.finetuning_data import encode_words
+from encoder.data.finetune.finetuning_data import encode_words
 from encoder.errors import DataError
 from encoder.inference.heads import encode_trimmed, head_logits, label_names
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoder.data import finetuning, finetuning_data, finetuning_tfds
+from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
 from encoder.errors import DataError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import ClassificationHead
@@ -121,10 +121,10 @@ def _read(config, source: str, local: bool, cols) -> tuple[list, list[str] | Non
   d = config.data
   if local:
     # Without data.text_columns, a GLUE experiment's local files are read by GLUE's names.
-    glue = finetuning_tfds.GLUE_TEXT.get(d.tfds.rpartition('/')[2], ()) if not cols else ()
-    return finetuning.read_classification(source, cols or list(glue), d.label_column, d.header,
+    glue = tfds_examples.GLUE_TEXT.get(d.tfds.rpartition('/')[2], ()) if not cols else ()
+    return file_readers.read_classification(source, cols or list(glue), d.label_column, d.header,
                                           d.format, defaulted=bool(glue)), None
-  return finetuning_tfds.read_glue(d.tfds, source, d.tfds_data_dir, cols or None)
+  return tfds_examples.read_glue(d.tfds, source, d.tfds_data_dir, cols or None)
 
 
 def _labels(config, examples, names: list[str] | None, regression: bool) -> np.ndarray:
@@ -150,7 +150,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   """Reads, labels, tokenizes and encodes the train and eval sets (see FinetuningData)."""
   d = config.data
   local, train_source, eval_sources = common.eval_sources(config)
-  cols = finetuning.split_list(d.text_columns)
+  cols = file_readers.split_list(d.text_columns)
   train, source_names = _read(config, train_source, local, cols)
   regression = d.num_labels == 1 or (not local and source_names is None)
   names = None if regression else (common.given_names(config) or source_names

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from encoder.data.finetuning import split_list
+from encoder.data.finetune.file_readers import split_list
 from encoder.errors import ConfigError, DataError
 
 

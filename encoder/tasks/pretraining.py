@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.errors import ConfigError
-from encoder.modules.config import ModelConfig
+from encoder.data.pretrain import pretraining_data
+from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import MlmHead, NspHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks.common import vocab_fields
@@ -40,7 +40,7 @@ class BertForPretraining(nn.Module):
                                      batch.get('masked_positions'))}
     if self.nsp:
       logits = self.nsp_head(out.pooled_output)
-      if 'nsp_weight' in batch:  # a scheduled weight (`nsp_weight_at`) rides on the train batch
+      if 'nsp_weight' in batch:  # scheduled: rides on the batch (data/pretrain/nsp_schedule.py)
         logits = scale_gradient(logits, batch['nsp_weight'][:, None])
       elif self.nsp_weight != 1.0:
         logits = scale_gradient(logits, float(self.nsp_weight))
@@ -56,38 +56,8 @@ def scale_gradient(x: jax.Array, scale) -> jax.Array:
   return frozen + scale * (x - frozen)
 
 
-def nsp_weight_at(train, step: int) -> float:
-  """The NSP gradient weight at `step`: `train.nsp_loss_weight`, moved linearly to
-  `train.nsp_loss_weight_final` (when set) between `nsp_ramp_start` and `nsp_ramp_end`.
-
-  Why a ramp: in a small model NSP, once it starts to learn, fills Adam's second moments in
-  the attention weights MLM needs to leave the unigram plateau (docs/ablations.md); a low
-  weight until MLM has left it, then BERT's weight of 1, lets both objectives learn.
-  """
-  first, final = float(train.nsp_loss_weight), train.get('nsp_loss_weight_final')
-  if final is None:
-    return first
-  start, end = _nsp_ramp(train)
-  progress = min(max((step - start) / max(end - start, 1), 0.0), 1.0)
-  return first + progress * (float(final) - first)
-
-
-def _nsp_ramp(train) -> tuple[int, int]:
-  return int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
-
-
-def check_nsp_schedule(train) -> None:
-  if train.get('nsp_loss_weight_final') is None:
-    return
-  start, end = _nsp_ramp(train)
-  if not 0 <= start <= end:
-    raise ConfigError(f'train.nsp_ramp_start={start} and train.nsp_ramp_end={end} must satisfy '
-                      '0 <= start <= end')
-
-
 def build_model(config) -> BertForPretraining:
   """The task's model from the experiment config (its `model` group resolved already)."""
-  from encoder.modules.config import model_config
   return BertForPretraining(model_config(config.model, config.data.vocab_size),
                             nsp=bool(config.data.nsp),
                             nsp_weight=float(config.train.get('nsp_loss_weight', 1.0)))
@@ -178,16 +148,14 @@ def reduce_metrics(sums: dict) -> dict:
 
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   """The corpus pipeline: `.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`."""
-  from encoder.data.pipeline import build_pretraining_data
-  return build_pretraining_data(config, workdir, process_index=process_index,
+  return pretraining_data.build_pretraining_data(config, workdir, process_index=process_index,
                                 process_count=process_count)
 
 
 def prepare_data(config, workdir: str, process_index: int = 0) -> None:
   """Before any barrier: process 0 prepares the corpus (which may take hours), the others wait
   for its manifest with data.prepare_timeout_s, not in a collective that could time out first."""
-  from encoder.data.pipeline import ensure_prepared
-  ensure_prepared(config, workdir, process_index)
+  pretraining_data.ensure_prepared(config, workdir, process_index)
 
 
 def resolved_fields(config, data) -> dict:

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.data import cache, finetuning_data, squad, squad_features
+from encoder.data import cache
+from encoder.data.finetune import finetuning_data, squad_examples, squad_features
 from encoder.errors import ConfigError, DataError
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import SpanHead
@@ -141,9 +142,9 @@ def write_predictions(directory: str, step: int, records: dict) -> None:
 def _read(config, source: str, local: bool) -> list:
   d = config.data
   if local:
-    examples = squad.read_squad_json(source)
+    examples = squad_examples.read_squad_json(source)
   else:
-    examples = squad.read_squad_tfds(d.tfds, source, d.tfds_data_dir)
+    examples = squad_examples.read_squad_tfds(d.tfds, source, d.tfds_data_dir)
   if not d.version_2_with_negative:
     bad = next((e for e in examples if not e.answers), None)
     if bad is not None:
@@ -155,9 +156,9 @@ def _read(config, source: str, local: bool) -> list:
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   """Windows of the train questions (with labels) and of every eval set (with their examples)."""
   d = config.data
-  if d.answer_start_mismatch not in squad.MISMATCH_POLICIES:
+  if d.answer_start_mismatch not in squad_examples.MISMATCH_POLICIES:
     raise ConfigError(f"data.answer_start_mismatch='{d.answer_start_mismatch}' is not one of "
-                      f"{', '.join(squad.MISMATCH_POLICIES)}")
+                      f"{', '.join(squad_examples.MISMATCH_POLICIES)}")
   local, train_source, eval_sources = common.eval_sources(config)
   train = _read(config, train_source, local)
   evals = [(common.eval_set_name(i, s), _read(config, s, local))

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoder.data import finetuning, finetuning_data, finetuning_tfds
+from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
@@ -122,12 +122,12 @@ def _read(config, source: str, local: bool, train: bool = False) -> list:
   if local:
     column = d.tag_column
     if column is None:  # found from the file: the column of IOB tags
-      column = finetuning.find_tag_column(source, int(d.token_column))
+      column = file_readers.find_tag_column(source, int(d.token_column))
       log.info('%s: tags from column %d (set data.tag_column to choose)', source, column)
-    sentences = finetuning.read_conll(source, int(d.token_column), int(column))
-    finetuning.check_iob_tags(source, sentences, int(column), train)
+    sentences = file_readers.read_conll(source, int(d.token_column), int(column))
+    file_readers.check_iob_tags(source, sentences, int(column), train)
   else:
-    sentences = finetuning_tfds.read_tagging(d.tfds, source, d.tfds_data_dir)
+    sentences = tfds_examples.read_tagging(d.tfds, source, d.tfds_data_dir)
   for s in sentences:
     s.tags = conlleval.to_iob2(s.tags)
   return sentences

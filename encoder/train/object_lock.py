@@ -31,7 +31,7 @@ import uuid
 
 from encoder import storage
 from encoder.errors import ConfigError
-from encoder.train.workdir_lock import parse_owner
+from encoder.train.lock_owner import describe_owner, parse_owner, this_owner
 
 log = logging.getLogger('encoder')
 LOCK_FILE = 'run.lock'
@@ -72,14 +72,9 @@ def _stale(owner: dict) -> bool:
   return False
 
 
-def _describe(owner: dict) -> str:
-  return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, " \
-         f"started {owner.get('started', '?')}"
-
-
 def _refuse(workdir: str, owner: dict) -> ConfigError:
   return ConfigError(
-      f"workdir '{workdir}' is in use by another run ({_describe(owner)}): wait for it to "
+      f"workdir '{workdir}' is in use by another run ({describe_owner(owner)}): wait for it to "
       f'finish or pass another --workdir (a lock not renewed for {STALE_SECONDS:.0f} s is '
       'taken over)')
 
@@ -91,8 +86,7 @@ def hold(workdir: str):
   fs = storage.filesystem(path)
   token = uuid.uuid4().hex
   now = time.time()
-  owner = {'pid': os.getpid(), 'host': socket.gethostname(),
-           'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'renewed': now, 'token': token}
+  owner = {**this_owner(), 'renewed': now, 'token': token}
   current = _read(fs, path)
   if current is not None and not _stale(current):
     raise _refuse(workdir, current)
@@ -102,7 +96,7 @@ def hold(workdir: str):
       raise _refuse(workdir, current)
   if current is not None:  # stale: deleted and created again, under the same precondition
     log.warning('warning: taking over the stale lock of a run that died (%s) in %s',
-                _describe(current), workdir)
+                describe_owner(current), workdir)
     with contextlib.suppress(FileNotFoundError):
       fs.rm_file(path)
     if not _create(fs, path, owner):
@@ -129,7 +123,7 @@ def _renew(fs, path: str, owner: dict, stop: threading.Event) -> None:
       current = _read(fs, path) or {}
       if current.get('token') != owner['token']:
         log.warning('warning: the workdir lock %s now belongs to %s: another run took it over',
-                    path, _describe(current))
+                    path, describe_owner(current))
         return
       owner['renewed'] = time.time()
       fs.pipe_file(path, json.dumps(owner).encode('utf-8'))

@@ -15,7 +15,6 @@ trainer, the steps and the evaluator read the resolved one, and `config.json` is
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -24,6 +23,7 @@ from typing import Any
 from ml_collections import config_dict
 
 from encoder import storage
+from encoder.configs import with_fields
 from encoder.errors import ConfigError
 from encoder.modules.config import resolved_fields
 from encoder.train.checkpoint import find_run_directory
@@ -32,19 +32,6 @@ from encoder.train.checkpoint import find_run_directory
 ARCHITECTURE_FIELDS = ('size', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
                        'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
                        'attention', 'norm', 'activation', 'initializer_range', 'layer_norm_eps')
-
-
-def with_fields(config: config_dict.ConfigDict, fields: dict[str, Any]
-                ) -> config_dict.ConfigDict:
-  """A copy of `config` with the dotted `fields` set (the original is left as it is)."""
-  config = copy.deepcopy(config)
-  for key, value in fields.items():
-    *parents, leaf = key.split('.')
-    node = config
-    for part in parents:
-      node = node[part]
-    node[leaf] = value
-  return config
 
 
 def init_from_fields(config) -> dict[str, Any]:

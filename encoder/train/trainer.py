@@ -11,9 +11,6 @@ import logging
 import os
 import signal
 
-import jax
-import numpy as np
-
 from encoder import configs, storage
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
@@ -22,9 +19,8 @@ from encoder.train import distributed, faults, workdir_lock
 from encoder.train import resolve as resolve_lib
 from encoder.train.evaluation import BestMarker, Evaluator
 from encoder.train.metric_writer import MetricWriter, Progress
-from encoder.train.optim import learning_rate_schedule, make_optimizer
-from encoder.train.steps import TrainState
-from encoder.train.strategy import init_params, make_strategy
+from encoder.train.optim import learning_rate_schedule
+from encoder.train.run_setup import setup_train_loop
 
 log = logging.getLogger('encoder')
 
@@ -72,11 +68,6 @@ def check_workdir(config, workdir: str) -> dict | None:
   return saved
 
 
-def write_config(config, workdir: str) -> None:
-  storage.makedirs(workdir)
-  storage.write_atomic(os.path.join(workdir, 'config.json'), configs.to_json(config))
-
-
 class _StopRequest:
   """Turns SIGTERM/SIGINT into a flag the loop checks after each step (preemption)."""
 
@@ -104,75 +95,39 @@ def train_and_evaluate(config, workdir: str) -> dict:
   workdir = storage.abspath(workdir)  # a bucket URL stays one; an unknown scheme is refused
   storage.check_checkpoint_location(workdir)
   storage.check_bucket(workdir)  # a missing bucket or no credentials: before anything is written
-  task = get_task(config.task)
+  get_task(config.task)  # an unknown task fails before anything is written
   inherited = resolve_lib.init_from_fields(config)
-  config = resolve_lib.with_fields(config, inherited)  # the data needs init_from's tokenizer
+  config = configs.with_fields(config, inherited)  # the data needs init_from's tokenizer
   saved = check_workdir(config, workdir)
   if config.init_from and saved is None:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for key, value in inherited.items():
       log.info('From init_from %s: %s=%r', config.init_from, key, value)
   with workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
-    return _train(config, workdir, task)
+    return _train(config, workdir)
 
 
-def _train(config, workdir: str, task) -> dict:
+def _train(config, workdir: str) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
-  strategy = make_strategy(config.parallel)
-  # Fails early if indivisible (the resolved batch size is the same).
-  strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
+  run = setup_train_loop(config, workdir)
+  config, t, task, strategy, data = run.config, run.config.train, run.task, run.strategy, run.data
+  train_step, checkpointer, start, rstate = run.train_step, run.checkpointer, run.start_step, \
+      run.state
   is_main = distributed.is_main_process()
-
-  if task.prepare_data is not None:  # outside the barrier below: process 0 may take hours
-    task.prepare_data(config, workdir, jax.process_index())
-  data = distributed.main_process_first(
-      lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
-  config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
-  t = config.train
-  if is_main:
-    write_config(config, workdir)
-  model = task.build_model(config)
-  log.info('attention: %s (model.attention_impl=%s on %s)', model.config.attention_impl,
-           config.model.attention_impl, jax.default_backend())
-  tx = make_optimizer(t)
-  dummy = task.dummy_batch(config)
-
-  best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
-  checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints, best_metric=best.metric)
-  like = strategy.checkpoint_like(model, tx, dummy)  # shapes (and layout), no device memory
-  restored = checkpointer.restore_newest_readable(
-      like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
-  start, data_state = 0, None
-  if restored is not None:
-    start, params, train, data_state = restored
-    rstate = strategy.place_state(TrainState(step=train['step'], params=params,
-                                             opt_state=train['opt_state'], rng=train['rng']))
-    log.info('Resuming from checkpoint at step %d in %s', start, checkpointer.directory)
-  else:  # a new run, or one stopped before its first checkpoint: init_from applies again
-    params = None  # a fresh state, created in place by the strategy
-    if config.init_from:
-      params, new = ckpt_lib.merge_init_from(init_params(model, dummy, t.seed),
-                                             ckpt_lib.load_params(config.init_from))
-      log.info('Initialised from %s; freshly initialised: %s', config.init_from,
-               ', '.join(new) or 'nothing')
-    rstate = strategy.init_state(model, tx, dummy, t.seed, params)
-  del params
-  num_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(like.params))
-  del like
-  log.info('%s parameters; %d steps', f'{num_params:,}', t.num_steps)
+  log.info('%s parameters; %d steps', f'{run.num_params:,}', t.num_steps)
   log.info('%s', distributed.describe_layout(t.batch_size, strategy.name, strategy.mesh_shape))
   for split, stats in data.stats.items():
     log.info('data %s: %s', split, stats)
 
   skip_nonfinite = bool(t.get('skip_nonfinite', False))
-  train_step, eval_step = strategy.steps(model, task, tx, t.grad_accum_steps, skip_nonfinite)
   monitor = faults.NonfiniteMonitor(skip_nonfinite)
   schedule = learning_rate_schedule(t)
   writer = MetricWriter(workdir, enabled=is_main, resume_step=start)
   progress = Progress(start, t.num_steps, t.batch_size, enabled=is_main)
-  train_iter = data.train_iterator(data_state)
-  evaluate = Evaluator(task, data, model, eval_step, t.eval_batches, workdir, strategy,
+  train_iter = data.train_iterator(run.data_state)
+  evaluate = Evaluator(task, data, run.model, run.eval_step, t.eval_batches, workdir, strategy,
                        enabled=is_main)
+  best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
 
   def save(rstate, step: int, metrics: dict | None = None) -> None:
     host = strategy.to_checkpoint(rstate)

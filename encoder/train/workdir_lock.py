@@ -20,10 +20,11 @@ import json
 import logging
 import os
 import socket
-import time
 
 from encoder import storage
 from encoder.errors import ConfigError
+from encoder.train import object_lock
+from encoder.train.lock_owner import describe_owner, parse_owner, this_owner
 
 log = logging.getLogger('encoder')
 LOCK_FILE = 'run.lock'
@@ -44,23 +45,6 @@ def _read_owner(f) -> dict | None:
   return parse_owner(f.read())
 
 
-def parse_owner(text: str) -> dict | None:
-  """A lock's owner record (pid, host, start); a damaged one still names what it holds."""
-  text = text.strip()
-  if not text:
-    return None
-  try:
-    owner = json.loads(text)
-  except ValueError:
-    return {'pid': '?', 'host': '?', 'raw': text[:80]}
-  return owner if isinstance(owner, dict) else {'pid': '?', 'host': '?'}
-
-
-def _describe(owner: dict) -> str:
-  return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, " \
-         f"started {owner.get('started', '?')}"
-
-
 @contextlib.contextmanager
 def hold(workdir: str, enabled: bool = True):
   """Holds the workdir's lock for the duration; ConfigError (one line) if another run has it."""
@@ -68,7 +52,6 @@ def hold(workdir: str, enabled: bool = True):
     yield
     return
   if storage.is_remote(workdir):  # a bucket: no flock there, a lock object instead
-    from encoder.train import object_lock
     with object_lock.hold(workdir):
       yield
     return
@@ -81,8 +64,9 @@ def hold(workdir: str, enabled: bool = True):
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       owner = _read_owner(f) or {}
-      raise ConfigError(f"workdir '{workdir}' is in use by another run ({_describe(owner)}): "
-                        'wait for it to finish or pass another --workdir') from None
+      raise ConfigError(f"workdir '{workdir}' is in use by another run "
+                        f'({describe_owner(owner)}): wait for it to finish or pass another '
+                        '--workdir') from None
     owner = _read_owner(f)
     host = socket.gethostname()
     if owner is not None:
@@ -90,14 +74,13 @@ def hold(workdir: str, enabled: bool = True):
       same_host = owner.get('host') == host
       if isinstance(pid, int) and pid != os.getpid() and (not same_host or _alive(pid)) \
          and not _flock_works(path):
-        raise ConfigError(f"workdir '{workdir}' is locked by {_describe(owner)} ({path}): "
+        raise ConfigError(f"workdir '{workdir}' is locked by {describe_owner(owner)} ({path}): "
                           'wait for that run, or delete the file if it is dead')
       log.warning('warning: taking over the stale lock of a run that died (%s) in %s',
-                  _describe(owner), workdir)
+                  describe_owner(owner), workdir)
     f.seek(0)
     f.truncate()
-    f.write(json.dumps({'pid': os.getpid(), 'host': host,
-                        'started': time.strftime('%Y-%m-%dT%H:%M:%S%z')}) + '\n')
+    f.write(json.dumps(this_owner()) + '\n')
     f.flush()
     try:
       yield

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from encoder import configs
-from encoder.data import corpora, finetuning
+from encoder.data.corpus import sources
+from encoder.data.finetune import file_readers
 from encoder.data.tokenizer import SPECIALS, WordPieceTokenizer, train_sentencepiece
 from encoder.errors import ConfigError, DataError, EncoderError
 from encoder.hf import convert
@@ -56,7 +57,7 @@ def test_tsv_rows_come_back_with_their_labels_in_place(scratch, rows):
   assume(all(a.strip() or b.strip() or label.strip() for a, b, label in rows))
   body = 'sentence1\tsentence2\tlabel\n' + ''.join(f'{a}\t{b}\t{c}\n' for a, b, c in rows)
   path = write(scratch, 'rows.tsv', body.encode('utf-8'))
-  examples = finetuning.read_classification(path, 'sentence1,sentence2', 'label')
+  examples = file_readers.read_classification(path, 'sentence1,sentence2', 'label')
   assert [e.texts for e in examples] == [(a, b) for a, b, _ in rows]
   assert [e.label for e in examples] == [c for _, _, c in rows]
   assert [e.where for e in examples] == [f'{path}:{n}' for n in range(2, len(rows) + 2)]
@@ -71,7 +72,7 @@ def test_csv_rows_with_quotes_commas_and_line_breaks_come_back_intact(scratch, r
   writer.writerow(['text', 'label'])
   writer.writerows(rows)
   path = write(scratch, 'rows.csv', buffer.getvalue().encode('utf-8'))
-  examples = finetuning.read_classification(path, 'text', 'label')
+  examples = file_readers.read_classification(path, 'text', 'label')
   # Line breaks inside quoted fields read as \n (CRLF files are the norm); nothing else changes.
   assert [(e.texts[0], e.label) for e in examples] == [(t.replace('\r\n', '\n'), c)
                                                       for t, c in rows]
@@ -85,7 +86,7 @@ def test_jsonl_reads_every_row_or_names_the_line_at_fault(scratch, rows):
   lines = [json.dumps(r, ensure_ascii=False).encode('utf-8', 'surrogatepass') for r in rows]
   path = write(scratch, 'rows.jsonl', b'\n'.join(lines) + b'\n')
   try:
-    examples = finetuning.read_classification(path, 'text', 'label')
+    examples = file_readers.read_classification(path, 'text', 'label')
   except DataError as e:
     one_line(e)
     assert f'{path}:' in str(e)
@@ -102,7 +103,7 @@ def test_jsonl_reads_every_row_or_names_the_line_at_fault(scratch, rows):
 def test_classification_reader_on_any_bytes(scratch, data, fmt, header, columns, label):
   path = write(scratch, f'any.{fmt}', data)
   try:
-    examples = finetuning.read_classification(path, columns, label, header)
+    examples = file_readers.read_classification(path, columns, label, header)
   except DataError as e:
     one_line(e)
     return
@@ -121,7 +122,7 @@ def test_conll_sentences_come_back_word_for_word(scratch, sentences):
   assume(all(w != '-DOCSTART-' for s in sentences for w, _ in s))
   body = '\n\n'.join('\n'.join(f'{w} X {t}' for w, t in s) for s in sentences) + '\n'
   path = write(scratch, 'ner.txt', body.encode('utf-8'))
-  read = finetuning.read_conll(path)
+  read = file_readers.read_conll(path)
   assert [(s.words, s.tags) for s in read] == [([w for w, _ in s], [t for _, t in s])
                                               for s in sentences]
 
@@ -131,7 +132,7 @@ def test_conll_sentences_come_back_word_for_word(scratch, sentences):
 def test_conll_reader_on_any_bytes(scratch, data, token, tag):
   path = write(scratch, 'any.conll', data)
   try:
-    sentences = finetuning.read_conll(path, token, tag)
+    sentences = file_readers.read_conll(path, token, tag)
   except DataError as e:
     one_line(e)
     return
@@ -143,7 +144,7 @@ def test_conll_reader_on_any_bytes(scratch, data, token, tag):
 def test_text_corpus_on_any_bytes(scratch, data):
   path = write(scratch, 'corpus.txt', data)
   try:
-    docs = corpora.load_documents(f'text:{path}')
+    docs = sources.load_documents(f'text:{path}')
   except DataError as e:
     one_line(e)
     return
@@ -153,10 +154,10 @@ def test_text_corpus_on_any_bytes(scratch, data):
 def test_invalid_utf8_is_named_by_file_and_line(scratch):
   path = write(scratch, 'latin.tsv', b'text\tlabel\nok\tpos\ncaf\xe9\tneg\n')
   with pytest.raises(DataError, match=r'latin.tsv:3: not UTF-8'):
-    finetuning.read_classification(path, 'text', 'label')
+    file_readers.read_classification(path, 'text', 'label')
   path = write(scratch, 'latin.txt', b'one line.\n\ncaf\xe9 au lait.\n')
   with pytest.raises(DataError, match=r'latin.txt:3: not UTF-8'):
-    corpora.load_documents(f'text:{path}')
+    sources.load_documents(f'text:{path}')
 
 
 @FAST
@@ -176,14 +177,14 @@ def test_label_ids_never_shift_a_label(values):
 @pytest.mark.parametrize('value', ['nan', 'inf', '-inf', 'abc', None, True])
 def test_regression_targets_must_be_finite_numbers(value):
   from ml_collections import config_dict
-  example = finetuning.TextExample(('a',), value, 'f.tsv:7')
+  example = file_readers.TextExample(('a',), value, 'f.tsv:7')
   with pytest.raises(DataError, match='f.tsv:7: label .* is not a finite number'):
     classification._labels(config_dict.ConfigDict(), [example], None, True)
 
 
 @pytest.fixture(scope='module')
 def tokenizers(corpus):
-  docs = corpora.load_documents(f'text:{corpus}')
+  docs = sources.load_documents(f'text:{corpus}')
   vocab = [*SPECIALS, *'abcdefghijklmnopqrstuvwxyz', 'the', '##s', '##ing', '中', '😀']
   return [train_sentencepiece(docs, 300), WordPieceTokenizer(vocab, lower_case=True)]
 
@@ -257,12 +258,12 @@ BAD_TFDS = ['', 'no_such_dataset_xyz', 'glue/no_such_config', 'ImDb Reviews', '.
 
 
 def test_bad_tfds_names_are_one_line_errors(tmp_path):
-  from encoder.data import finetuning_tfds
+  from encoder.data.finetune import tfds_examples
   for name in BAD_TFDS:
     with pytest.raises(DataError) as e:
-      corpora.load_documents(f'tfds:{name}', data_dir=str(tmp_path))
+      sources.load_documents(f'tfds:{name}', data_dir=str(tmp_path))
     one_line(e.value)
-  for read in (finetuning_tfds.read_glue, finetuning_tfds.read_tagging):
+  for read in (tfds_examples.read_glue, tfds_examples.read_tagging):
     for name in ('glue/sst2', 'glue/nope', 'nope', ''):
       with pytest.raises(DataError) as e:
         read(name, 'train', str(tmp_path))
@@ -275,8 +276,8 @@ def test_words_cut_by_truncation_are_reported_not_dropped_silently(caplog):
   import numpy as np
 
   from encoder.tasks import tagging
-  sentences = [finetuning.TaggedSentence(['a', 'b'], ['O', 'O'], 'f:1'),
-               finetuning.TaggedSentence(['a', 'b', 'c'], ['O', 'B-X', 'I-X'], 'f:4')]
+  sentences = [file_readers.TaggedSentence(['a', 'b'], ['O', 'O'], 'f:1'),
+               file_readers.TaggedSentence(['a', 'b', 'c'], ['O', 'B-X', 'I-X'], 'f:4')]
   logger = logging.getLogger('encoder')
   logger.addHandler(caplog.handler)
   try:

@@ -7,7 +7,8 @@ import site
 import numpy as np
 import pytest
 
-from encoder.data import corpora, tokenizer
+from encoder.data import tokenizer
+from encoder.data.corpus import sources
 from encoder.errors import DataError
 from tests.data.conftest import write_corpus, write_vocab
 
@@ -15,7 +16,7 @@ from tests.data.conftest import write_corpus, write_vocab
 @pytest.fixture(scope='module')
 def sp(tmp_path_factory):
   d = tmp_path_factory.mktemp('sp')
-  docs = corpora.load_documents(f'text:{write_corpus(d, num_docs=30)}')
+  docs = sources.load_documents(f'text:{write_corpus(d, num_docs=30)}')
   return tokenizer.train_sentencepiece(docs, 200), docs
 
 

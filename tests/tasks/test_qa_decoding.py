@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from encoder.data.squad_features import Window, max_context_rows
+from encoder.data.finetune.squad_features import Window, max_context_rows
 from encoder.tasks.span_decoding import decode
 
 # 'Zoë' '東京' 'visited' 'the' 'café' with two spaces before 'visited'.

@@ -133,7 +133,7 @@ def main() -> None:
   sys.path.insert(0, ROOT)
   sys.argv = [os.path.join(ROOT, 'launch.py'), *sys.argv[2:]]
   install(kind, int(at))
-  import launch
+  from encoder import launch
   launch.main()
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from encoder.data.pipeline import PretrainingData
+from encoder.data.pretrain.pretraining_data import PretrainingData
 from encoder.errors import CheckpointError
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import faults
@@ -53,7 +53,7 @@ def all_finite(workdir) -> bool:
 
 def test_a_nan_stops_the_run_naming_the_step_and_a_skipping_rerun_resumes(
     tmp_path, corpus, cache_dir, monkeypatch, capsys):
-  import launch
+  from encoder import launch
   workdir = tmp_path / 'w'
   poison(monkeypatch, 3)
   args = ['launch.py', '--exp', 'mlm_nsp_tiny:smoke', '--workdir', str(workdir),

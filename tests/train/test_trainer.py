@@ -194,9 +194,9 @@ def test_cloze_benchmark_scores_a_run_on_its_held_out_sentences(finished_run, ca
   config = json.loads((finished_run / 'config.json').read_text())
   # Exactly the sentences the run's preparation held out (its manifest counts them).
   sentences = cloze.held_out_sentences(config, str(finished_run))
-  from encoder.data import prepare
+  from encoder.data.pretrain import preparation
   manifests = [json.loads(p.read_text()) for p in
-               pathlib.Path(config['data']['cache_dir']).rglob(prepare.MANIFEST)]
+               pathlib.Path(config['data']['cache_dir']).rglob(preparation.MANIFEST)]
   assert len(sentences) in {m['totals']['eval_sentences'] for m in manifests if 'totals' in m}
   cloze.main([str(finished_run), '--sentences', '20', '--examples', '0'])
   result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

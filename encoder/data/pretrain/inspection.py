@@ -1,0 +1,61 @@
+"""`launch.py --inspect_data N`: look at what the model will be trained on.
+
+Prints N decoded training examples with every masked position visible as {original→shown}
+(shown is [MASK], a random token, or the original kept), the A/B segments and the NSP label, and
+writes the first global batch of raw arrays to WORKDIR/data_sample.npz.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from encoder.data import cache
+from encoder.data.pretrain.pretraining_data import build_pretraining_data
+from encoder.errors import ConfigError
+
+_NSP = {0: 'IsNext (B follows A)', 1: 'NotNext (B is random)'}
+
+
+def format_example(batch: dict[str, np.ndarray], i: int, tokenizer) -> str:
+  """One example as text: tokens, with masked ones as {original→shown}, segments split by |."""
+  ids, n = batch['input_ids'][i], int(batch['input_mask'][i].sum())
+  shown_at = {}
+  for pos, orig, w in zip(batch['masked_positions'][i], batch['masked_ids'][i],
+                          batch['masked_weights'][i], strict=True):
+    if w > 0:
+      shown_at[int(pos)] = int(orig)
+  pieces = []
+  for p in range(n):
+    token = tokenizer.id_to_token(ids[p])
+    if p in shown_at:
+      token = f'{{{tokenizer.id_to_token(shown_at[p])}→{token}}}'
+    if p > 0 and batch['segment_ids'][i][p] != batch['segment_ids'][i][p - 1]:
+      pieces.append('|')
+    pieces.append(token)
+  masked = len(shown_at)
+  return (f'example {i}: {n} tokens, {masked} masked, NSP label {batch["nsp_label"][i]} = '
+          f'{_NSP[int(batch["nsp_label"][i])]}\n  ' + ' '.join(pieces))
+
+
+def inspect_data(config, workdir: str, n: int) -> None:
+  """Prints `n` decoded training examples and saves one global batch to WORKDIR/data_sample.npz."""
+  if config.task != 'pretraining':  # a fine-tuning config has no corpus or masking fields
+    raise ConfigError('--inspect_data shows pretraining examples (masks, NSP); '
+                      f'{config.experiment} is a {config.task} experiment')
+  data = build_pretraining_data(config, workdir)
+  it = data.train_iterator()
+  first = next(it)
+  batches = [first]
+  while sum(len(b['input_ids']) for b in batches) < n:
+    batches.append(next(it))
+  it.close()
+  merged = {k: np.concatenate([b[k] for b in batches]) for k in first}
+  print(f'Data: {data.stats}')
+  print('Masked tokens are shown as {original→shown}; | separates segment A from segment B.')
+  for i in range(n):
+    print(format_example(merged, i, data.tokenizer))
+  path = os.path.join(workdir, 'data_sample.npz')
+  cache.write_arrays(path, first)
+  print(f'Wrote one global batch ({len(first["input_ids"])} examples) to {path}')

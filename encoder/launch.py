@@ -1,0 +1,126 @@
+"""Command line: train, describe, inspect or sweep an experiment (see docs in README.md).
+
+  python launch.py --exp mlm_nsp_tiny          # from a checkout; or, installed, from anywhere:
+  python -m encoder.launch --exp mlm_nsp_tiny  # (the same as the `encoder-train` command)
+  python launch.py --exp mlm_nsp_base --config.train.batch_size=128 --workdir runs/b128
+  python launch.py --list | --exp NAME --print_config | --describe | --inspect_data N
+  python launch.py --exp mlm_nsp_base --prepare_data
+
+User errors print one line `error: ...` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from encoder import configs, storage
+from encoder.errors import ConfigError, EncoderError
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):  # one line, exit 2, as every user error
+    sys.stderr.write(f'error: {message} (see --help)\n')
+    sys.exit(2)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+  parser = _Parser(description=__doc__.split('\n')[0],
+                   epilog='Override any config field with --config.KEY=VALUE.')
+  parser.add_argument('--exp', help='experiment NAME[:ARG], ARG a comma-separated variant list')
+  parser.add_argument('--workdir', help='run directory (default runs/NAME)')
+  parser.add_argument('--list', action='store_true', help='list experiments')
+  parser.add_argument('--print_config', action='store_true', help='print the resolved config')
+  parser.add_argument('--describe', action='store_true', help='print the model summary')
+  parser.add_argument('--inspect_data', type=int, metavar='N',
+                      help='print N decoded training examples, save a batch, exit')
+  parser.add_argument('--prepare_data', action='store_true',
+                      help='prepare the corpus (tokenizer, shards, instances) once, then exit')
+  parser.add_argument('--sweep', action='append', metavar='KEY=V1,V2|NAME',
+                      help='run the grid of these values (repeatable), or a named sweep')
+  parser.add_argument('--dry_run', action='store_true', help='with --sweep: list the runs')
+  parser.add_argument('--report', metavar='DIR', help='rebuild a sweep report from its runs')
+  args, rest = parser.parse_known_args(argv)
+  overrides = []
+  for item in rest:
+    if not item.startswith('--config.'):
+      parser.error(f"unrecognized argument '{item}'")
+    overrides.append(item[len('--config.'):])
+  if not args.list and not args.exp and not args.report:
+    parser.error('--exp NAME is required (see --list)')
+  return args, overrides
+
+
+def run(argv: list[str]) -> int:
+  args, overrides = parse_args(argv)
+  for given in (args.workdir, args.report):  # refused before anything is written
+    if given:
+      storage.check(given)
+
+  if args.list:
+    for name, description in configs.list_experiments().items():
+      print(f'{name:<24} {description}')
+    return 0
+  # The commands below import only what they use, here rather than at the top, so that
+  # --list, --help and a mistyped flag answer without starting JAX.
+  if args.report:
+    from encoder.sweep import write_report  # lazy: see above
+    storage.check_bucket(args.report)
+    records = write_report(args.report)
+    if not records:
+      raise ConfigError(f"no sweep runs under '{args.report}'")
+    print(storage.read_text(os.path.join(args.report, 'sweep.md')), end='')
+    return 0
+  config = configs.load_experiment(args.exp)
+  configs.apply_overrides(config, overrides)
+  workdir = args.workdir or os.path.join('runs', args.exp.split(':')[0])
+  if args.sweep:
+    from encoder import sweep  # lazy
+    experiment = configs.experiment_module(args.exp)
+    user_keys = frozenset(o.partition('=')[0] for o in overrides)
+    axes = [axis for spec in args.sweep
+            for axis in sweep.parse_sweep(spec, config, experiment, user_keys)]
+    sweep_dir = args.workdir or os.path.join('runs', 'sweeps', sweep.sweep_dir_name(args))
+    sweep.run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
+    return 0
+  if args.print_config:
+    print(configs.to_json(config))
+    return 0
+  if args.describe:
+    from encoder import describe  # lazy
+    from encoder.tasks import get_task  # lazy
+    task = get_task(config.task)
+    print(describe.describe(task.build_model(config), task.dummy_batch(config)))
+    return 0
+  if args.prepare_data:
+    from encoder.data.pretrain import preparation, pretraining_data  # lazy
+    if config.task != 'pretraining':
+      raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
+                        f'{config.task} experiment, whose data needs no preparation')
+    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
+    for phase in pretraining_data.phase_configs(config):  # a shorter first phase: own instances
+      print(json.dumps(preparation.prepare(phase, workdir)), flush=True)
+    return 0
+  if args.inspect_data is not None:
+    from encoder.data.pretrain.inspection import inspect_data  # lazy
+    inspect_data(config, workdir, args.inspect_data)
+    return 0
+  from encoder.train.trainer import train_and_evaluate  # lazy
+  train_and_evaluate(config, workdir)
+  return 0
+
+
+def main() -> None:
+  """The `encoder-train` console script, `python -m encoder.launch` and `python launch.py`."""
+  try:
+    sys.exit(run(sys.argv[1:]))
+  except EncoderError as e:
+    sys.stderr.write(f'error: {e}\n')
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  main()

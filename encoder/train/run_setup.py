@@ -1,0 +1,133 @@
+"""One set-up of a run: config -> task, data, resolved config, model, optimizer, strategy, state
+and compiled steps. The trainer's loop, the benchmarks and the tests all start from here, so
+what they time or check is what `launch.py` trains (maxtext's `setup_train_loop` is the shape).
+
+  run = setup_train_loop(config, workdir)   # the trainer's: data, config.json, checkpoints
+  run = setup_steps(config)                 # a resolved config and no data (synthetic batches)
+
+Both give a `RunSetup`; `setup_train_loop` also restores the newest readable checkpoint of the
+workdir (or starts fresh from `init_from`'s weights) and keeps the `Checkpointer` that did it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from encoder import configs, storage
+from encoder.tasks import Task, get_task
+from encoder.train import checkpoint as ckpt_lib
+from encoder.train import distributed
+from encoder.train import resolve as resolve_lib
+from encoder.train.optim import make_optimizer
+from encoder.train.steps import TrainState
+from encoder.train.strategy import init_params, make_strategy
+
+log = logging.getLogger('encoder')
+
+
+@dataclasses.dataclass
+class RunSetup:
+  """Everything a training loop steps with. `state` is placed by `strategy` (replicated under
+  pmap, sharded under the mesh); `data`, `checkpointer` and `data_state` are None without data."""
+  config: Any  # resolved: nothing changes it from here on
+  task: Task
+  strategy: Any
+  model: Any
+  tx: Any
+  dummy: dict
+  state: TrainState
+  train_step: Any
+  eval_step: Any
+  num_params: int
+  start_step: int = 0
+  data: Any = None
+  data_state: dict | None = None
+  checkpointer: ckpt_lib.Checkpointer | None = None
+
+
+def write_config(config, workdir: str) -> None:
+  storage.makedirs(workdir)
+  storage.write_atomic(os.path.join(workdir, 'config.json'), configs.to_json(config))
+
+
+def setup_train_loop(config, workdir: str) -> RunSetup:
+  """The run the trainer loops over, from `config` (the experiment with its overrides, with
+  init_from's fields) in `workdir` (known to be this run's): the task's data, the resolved
+  config written to config.json, and the state restored from the newest readable checkpoint,
+  else fresh (with init_from's weights)."""
+  task = get_task(config.task)
+  strategy = make_strategy(config.parallel)
+  # Fails early if indivisible (the resolved batch size is the same).
+  strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
+  if task.prepare_data is not None:  # outside the barrier below: process 0 may take hours
+    task.prepare_data(config, workdir, jax.process_index())
+  data = distributed.main_process_first(
+      lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
+  config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
+  if distributed.is_main_process():
+    write_config(config, workdir)
+  t = config.train
+  model, tx, dummy = _parts(config, task)
+  checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints,
+                                       best_metric=t.get('best_metric', ''))
+  like = strategy.checkpoint_like(model, tx, dummy)  # shapes (and layout), no device memory
+  restored = checkpointer.restore_newest_readable(
+      like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
+  start, data_state = 0, None
+  if restored is not None:
+    start, params, train, data_state = restored
+    state = strategy.place_state(TrainState(step=train['step'], params=params,
+                                            opt_state=train['opt_state'], rng=train['rng']))
+    log.info('Resuming from checkpoint at step %d in %s', start, checkpointer.directory)
+  else:  # a new run, or one stopped before its first checkpoint: init_from applies again
+    state = strategy.init_state(model, tx, dummy, t.seed, _init_from_params(config, model, dummy))
+  return RunSetup(config, task, strategy, model, tx, dummy, state,
+                  *_compiled(config, task, strategy, model, tx), _count(like.params),
+                  start_step=start, data=data, data_state=data_state, checkpointer=checkpointer)
+
+
+def setup_steps(config, params=None) -> RunSetup:
+  """The model, optimizer, fresh state (seeded by train.seed, or around the given host
+  `params`) and compiled steps of a config that needs no data to resolve: for benchmarks and
+  tests that step on batches of their own."""
+  task = get_task(config.task)
+  strategy = make_strategy(config.parallel)
+  model, tx, dummy = _parts(config, task)
+  state = strategy.init_state(model, tx, dummy, config.train.seed, params)
+  like = strategy.checkpoint_like(model, tx, dummy)
+  return RunSetup(config, task, strategy, model, tx, dummy, state,
+                  *_compiled(config, task, strategy, model, tx), _count(like.params))
+
+
+def _parts(config, task):
+  model = task.build_model(config)
+  log.info('attention: %s (model.attention_impl=%s on %s)', model.config.attention_impl,
+           config.model.attention_impl, jax.default_backend())
+  return model, make_optimizer(config.train), task.dummy_batch(config)
+
+
+def _init_from_params(config, model, dummy) -> dict | None:
+  """Fresh parameters with init_from's weights merged in (None without init_from: the
+  strategy then creates them in place)."""
+  if not config.init_from:
+    return None
+  params, new = ckpt_lib.merge_init_from(init_params(model, dummy, config.train.seed),
+                                         ckpt_lib.load_params(config.init_from))
+  log.info('Initialised from %s; freshly initialised: %s', config.init_from,
+           ', '.join(new) or 'nothing')
+  return params
+
+
+def _compiled(config, task, strategy, model, tx):
+  t = config.train
+  return strategy.steps(model, task, tx, t.grad_accum_steps, bool(t.get('skip_nonfinite', False)))
+
+
+def _count(params) -> int:
+  return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
