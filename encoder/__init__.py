@@ -16,5 +16,7 @@ __version__ = '0.1.0'
 def load(path: str) -> Model:
   """A workdir (its newest checkpoint) or one checkpoint step directory, ready for notebooks:
   `encode`, `embed`, `fill_mask`, `attention_maps`, `plot_attention` (see encoder.inference)."""
+  # lazy: `import encoder` stays free of JAX, which the python_docs collector subprocess
+  # (python -m encoder.data.corpus.python_docs_collector) would otherwise import first.
   from encoder.inference import load as _load
   return _load(path)

@@ -32,6 +32,7 @@ import os
 import shutil
 from urllib import parse
 
+from encoder import orbax_s3
 from encoder.errors import ConfigError
 
 SCHEMES = ('gs', 's3')
@@ -256,7 +257,6 @@ def check_checkpoint_location(path) -> None:
   has no such builder.
   """
   if scheme(check(path)) == 's3':
-    from encoder import orbax_s3
     orbax_s3.check_supported(path)
 
 

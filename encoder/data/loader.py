@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from encoder.errors import DataError
+
 Batch = dict[str, np.ndarray]
 
 
@@ -124,7 +126,6 @@ def restore_step(state: dict[str, Any] | None) -> int:
   """The step a saved `state()` resumes at (0 for None)."""
   if state is None:
     return 0
-  from encoder.errors import DataError
   if not isinstance(state, dict) or not isinstance(state.get('step'), int) or state['step'] < 0:
     raise DataError(f'bad data iterator state {state!r}: pass what iterator.state() returned')
   return state['step']

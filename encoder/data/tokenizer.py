@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from encoder import storage
+from encoder.data import cache
 from encoder.errors import DataError
 
 SPECIALS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -290,7 +291,6 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
   A trained model is also kept in `cache_dir` keyed by the corpus and vocab size, so a new workdir
   on the same corpus does not train again.
   """
-  from encoder.data import cache
   directory = os.path.join(workdir, 'tokenizer')
   if storage.isdir(directory) and storage.listdir(directory):
     logging.info('Reusing the tokenizer in %s (data.tokenizer is ignored on resume)', directory)

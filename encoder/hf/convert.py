@@ -18,9 +18,14 @@ import sys
 
 import numpy as np
 
-from encoder import storage
+from encoder import configs, orbax_s3, storage
+from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
 from encoder.errors import CheckpointError, EncoderError
 from encoder.hf import mapping
+from encoder.inference import load
+from encoder.modules.common import dense
+from encoder.modules.config import model_config
+from encoder.modules.transformer import Encoder
 
 HF_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh'}
 OUR_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new'}
@@ -106,7 +111,6 @@ def _write_params(workdir: str, params: dict) -> None:
   """Step 0 in the Checkpointer layout (the `params` item only), committed atomically."""
   import orbax.checkpoint as ocp
 
-  from encoder import orbax_s3
   directory = os.path.join(workdir, 'checkpoints')
   options = orbax_s3.manager_options(directory, create=True, enable_async_checkpointing=False)
   manager = ocp.CheckpointManager(directory, options=options)
@@ -131,8 +135,6 @@ def _check_shapes(converted: dict, fields: dict) -> None:
   import flax.linen as nn
   import jax
 
-  from encoder.modules.config import model_config
-  from encoder.modules.transformer import Encoder
   ids = np.zeros((1, 2), np.int32)
   expected = jax.eval_shape(lambda: nn.unbox(Encoder(model_config(fields)).init(
       jax.random.key(0), ids, ids, ids))['params'])
@@ -150,8 +152,6 @@ def _fresh_pooler(fields: dict) -> dict:
   import flax.linen as nn
   import jax
 
-  from encoder.modules.common import dense
-  from encoder.modules.config import model_config
   cfg = model_config(fields)
   layer = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
   variables = layer.init(jax.random.key(0), np.zeros((1, cfg.hidden_size), np.float32))
@@ -166,8 +166,6 @@ def _check_out(out: str) -> None:
 
 def from_hf(hf_dir: str, workdir: str) -> list[str]:
   """Converts a HF BERT directory into a workdir; returns notes for the user."""
-  from encoder import configs
-  from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
   from experiments import mlm_nsp_base
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
@@ -215,8 +213,6 @@ def to_hf(path: str, out: str) -> list[str]:
   """Writes our checkpoint as a HF BERT directory; returns notes for the user."""
   from safetensors.numpy import save, save_file
 
-  from encoder.data.tokenizer import WordPieceTokenizer
-  from encoder.inference import load
   _check_out(out)
   model = load(path)
   cfg = model.model_config

@@ -20,10 +20,15 @@ import numpy as np
 
 from encoder import storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
+from encoder.data.tokenizer import load_tokenizer
 from encoder.errors import CheckpointError, DataError
 from encoder.inference import classification, span_qa, tagging
 from encoder.inference import text as text_lib
 from encoder.inference.heads import softmax
+from encoder.inference.plot import attention_figure
+from encoder.modules.config import model_config
+from encoder.modules.heads import MlmHead
+from encoder.modules.transformer import Encoder
 
 
 class TaskMethod(NamedTuple):
@@ -54,8 +59,6 @@ class Encoded:
 
 def load(path: str) -> Model:
   """Loads a workdir (its newest checkpoint) or one checkpoint step directory; see `Model`."""
-  from encoder.data.tokenizer import load_tokenizer
-  from encoder.modules.config import model_config
 
   workdir, _ = resolve_checkpoint(path)
   config_path = os.path.join(workdir, 'config.json')
@@ -88,7 +91,6 @@ class Model:
 
   def __init__(self, config: dict, params: dict, tokenizer, model_config, path: str = '',
                workdir: str = ''):
-    from encoder.modules.transformer import Encoder
     self.config, self.params, self.tokenizer = config, params, tokenizer
     self.model_config, self.path, self.workdir = model_config, path, workdir
     self._encoder = Encoder(model_config)
@@ -199,7 +201,6 @@ class Model:
 
   def plot_attention(self, text: text_lib.Text, layer: int = -1, head: int | None = None):
     """A heatmap Figure of one layer's attention (head=None averages the heads)."""
-    from encoder.inference.plot import attention_figure
     tokens, maps = self.attention_maps(text)
     layers, heads = maps.shape[:2]
     if not -layers <= layer < layers or (head is not None and not -heads <= head < heads):
@@ -239,7 +240,6 @@ def _forward(encoder, params, ids, seg, mask, *, return_probs: bool = False):
 
 def _mlm_logits(encoder, params, ids, seg, mask, positions):
   """Logits at `positions` through the MLM head decoding with the word embeddings (tied)."""
-  from encoder.modules.heads import MlmHead
   sequence = encoder.apply({'params': params['encoder']}, ids, seg, mask).sequence_output
   table = params['encoder']['embeddings']['word_embeddings']['embedding']
   return MlmHead(encoder.config).apply({'params': params['mlm']}, sequence, table, positions)

@@ -19,6 +19,7 @@ from encoder.errors import EncoderError
 from encoder.sweep.grid import expand, fixed_keys, run_name
 from encoder.sweep.report import write_report
 from encoder.sweep.status import finished, read_status, write_status
+from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
 
 log = logging.getLogger('encoder')
 
@@ -33,7 +34,6 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     for name, overrides in zip(names, grid, strict=True):
       print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")
     return []
-  from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
   setup_logging()
   storage.check_checkpoint_location(sweep_dir)
   storage.check_bucket(sweep_dir)  # before anything is written

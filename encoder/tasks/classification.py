@@ -18,7 +18,7 @@ import optax
 
 from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
 from encoder.errors import DataError
-from encoder.modules.config import ModelConfig
+from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, metrics
@@ -47,7 +47,6 @@ def num_labels(config) -> int:
 
 
 def build_model(config) -> BertForClassification:
-  from encoder.modules.config import model_config
   return BertForClassification(model_config(config.model, config.data.vocab_size),
                                num_labels(config))
 

@@ -24,7 +24,7 @@ import optax
 from encoder.data import cache
 from encoder.data.finetune import finetuning_data, squad_examples, squad_features
 from encoder.errors import ConfigError, DataError
-from encoder.modules.config import ModelConfig
+from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import SpanHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, span_decoding, squad_metrics
@@ -49,7 +49,6 @@ class BertForQuestionAnswering(nn.Module):
 
 
 def build_model(config) -> BertForQuestionAnswering:
-  from encoder.modules.config import model_config
   return BertForQuestionAnswering(model_config(config.model, config.data.vocab_size))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
-from encoder.modules.config import ModelConfig
+from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, conlleval
@@ -48,7 +48,6 @@ def num_labels(config) -> int:
 
 
 def build_model(config) -> BertForTagging:
-  from encoder.modules.config import model_config
   return BertForTagging(model_config(config.model, config.data.vocab_size), num_labels(config))
 
 
