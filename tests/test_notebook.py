@@ -15,6 +15,9 @@ def test_notebook_runs_on_a_smoke_checkpoint(tmp_path_factory, monkeypatch):
   pytest.importorskip('ipykernel')
   monkeypatch.setenv('ENCODER_CHECKPOINT', smoke_workdir(tmp_path_factory))
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=1')
+  # The checkout's `encoder`, as `pip install -e .` would give the kernel (the notebook itself
+  # patches no sys.path).
+  monkeypatch.setenv('PYTHONPATH', ROOT)
   notebook = nbformat.read(NOTEBOOK, as_version=4)
   client = nbclient.NotebookClient(notebook, timeout=180, kernel_name='python3',
                                    resources={'metadata': {'path': os.path.dirname(NOTEBOOK)}})

@@ -61,13 +61,5 @@ def write_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
   _atomic(path, lambda f: np.savez(f, **arrays))
 
 
-def read_arrays(path: str) -> dict[str, np.ndarray] | None:
-  """The arrays saved at `path`, or None when absent."""
-  if not storage.exists(path):
-    return None
-  with np.load(io.BytesIO(storage.read_bytes(path)) if storage.is_remote(path) else path) as z:
-    return {k: z[k] for k in z.files}
-
-
 def write_bytes(path: str, data: bytes) -> None:
   _atomic(path, lambda f: f.write(data))
