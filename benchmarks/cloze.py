@@ -1,6 +1,6 @@
 """Cloze accuracy of a pretraining run: one word masked in held-out sentences, top-1 and top-5.
 
-  python benchmarks/cloze.py RUN_DIR [--sentences 200] [--examples 5]
+  python -m benchmarks.cloze RUN_DIR [--sentences 200] [--examples 5]
 
 The sentences come from the run's own held-out documents (`encoder.data.pretrain.pretraining_data.
 split_documents` with the run's corpus and eval settings), so the model never trained on them.
@@ -23,9 +23,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 SEED = 0
 WORD = re.compile(r'[A-Za-z]+')
@@ -35,8 +33,8 @@ PUNCT = ',.;:!?'
 def held_out_sentences(config, run_dir: str) -> list[str]:
   """The run's held-out documents' sentences, in corpus order: the documents its preparation
   held out (the same shard plan and `shard_worker.held_out` choice per shard)."""
-  from encoder.data.pretrain import shard_worker
   from encoder.data.corpus import sources
+  from encoder.data.pretrain import shard_worker
   d = config['data']  # the run's config.json, as `encoder.load` reads it
   cache = d.get('cache_dir') or os.path.join(run_dir, 'cache')
   plan = sources.plan(d['corpus'], int(d.get('prepare_shard_mb', 8.0) * 2**20),

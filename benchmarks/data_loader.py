@@ -1,6 +1,6 @@
 """Prints the pretraining loader's throughput (sequences/s) from a warm cache, in one process.
 
-  python benchmarks/data_loader.py [--corpus python_docs] [--batch_size 256] [--windows 7]
+  python -m benchmarks.data_loader [--corpus python_docs] [--batch_size 256] [--windows 7]
 
 For each max_seq_length (128 and 512) it builds the data once (corpus, tokenizer, instances are
 cached, so this is excluded from the timing), then pulls batches from the prefetching train
@@ -9,16 +9,12 @@ iterator and reports the median of several timed windows, for plain and whole-wo
 
 import argparse
 import logging
-import os
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from encoder.data.pretrain.pretraining_data import build_pretraining_data  # noqa: E402
-from experiments import mlm_nsp_base  # noqa: E402
+from encoder.data.pretrain.pretraining_data import build_pretraining_data
+from experiments import mlm_nsp_base
 
 
 def measure(config, workdir: str, batches: int, windows: int) -> float:

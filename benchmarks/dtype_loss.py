@@ -1,9 +1,10 @@
 """Does bfloat16 compute train like float32? The same short run in both, loss by loss.
 
-  python benchmarks/dtype_loss.py --size tiny --steps 50
+  python -m benchmarks.dtype_loss --size tiny --steps 50
 
-Both runs start from the same float32 parameters and see the same stream of batches and the
-same dropout randomness through the real train step; only `model.dtype` differs. The batches
+Both runs start from the same float32 parameters (seeded by `train.seed`) and see the same
+stream of batches and the same dropout randomness through the real train step, set up as the
+trainer sets it up (`encoder.train.run_setup.setup_steps`); only `model.dtype` differs. The batches
 repeat a random 8-token motif along each sequence, so masked tokens are predictable from their
 context and the loss falls quickly (on uniformly random tokens it could not fall below
 log(vocab), and any two runs would agree trivially). Prints one JSON line: the mean loss of
@@ -15,21 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from encoder.tasks import pretraining as task  # noqa: E402
-from encoder.train import sharding  # noqa: E402
-from encoder.train.optim import make_optimizer  # noqa: E402
-from encoder.train.strategy import PmapStrategy  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_step import bench_config, random_batch  # noqa: E402
+from benchmarks.common.synthetic import bench_config, random_batch
+from encoder.tasks import pretraining as task
+from encoder.train.run_setup import setup_steps
 
 
 def motif_batch(config, batch_size: int, seed: int) -> dict:
@@ -49,16 +41,13 @@ def losses(dtype: str, args) -> list[float]:
   config = bench_config(args.size, args.seq, args.batch, dtype, args.vocab, [
       'train.learning_rate=1e-3', 'train.warmup_steps=5', 'train.schedule=constant',
       f'train.num_steps={args.steps}'])
-  model, tx = task.build_model(config), make_optimizer(config.train)
-  strategy = PmapStrategy()
-  state = strategy.init_state(model, tx, task.dummy_batch(config), 0)
-  step_fn, _ = strategy.steps(model, task, tx, 1)
-  result = []
+  run = setup_steps(config)  # the trainer's set-up: both dtypes start from train.seed's weights
+  state, result = run.state, []
   for i in range(args.steps):
-    state, sums = step_fn(state, sharding.shard(motif_batch(config, args.batch, i)))
+    state, sums = run.train_step(state, run.strategy.place_batch(
+        motif_batch(config, args.batch, i)))
     result.append(sums)
-  return [task.reduce_metrics(s)['loss'] for s in
-          jax.tree.map(lambda x: np.asarray(x)[0], jax.device_get(result))]
+  return [task.reduce_metrics(run.strategy.sum_metrics([s]))['loss'] for s in result]
 
 
 def main(argv=None):

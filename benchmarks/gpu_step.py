@@ -2,9 +2,10 @@
 
   bash benchmarks/gpu.sh              # on the GPU host (see gpu.sh)
   bash benchmarks/gpu.sh --rehearse   # here, on CPU at tiny sizes: the same code paths
+  python -m benchmarks.gpu_step [--rehearse]   # what gpu.sh runs, without its wheels and checks
 
 Prints the GPU's bf16 matmul ceiling (an 8192^3 product through the model's own matmul), then
-one JSON line per configuration, as `benchmarks/train_step.py` does: sequence 128, batch 32,
+one JSON line per configuration, as `python -m benchmarks.train_step` does: sequence 128, batch 32,
 128 and 256, attention dropout 0.1 (BERT's recipe) and 0, `model.attention_impl=auto` (so
 dropout 0.1 takes the explicit path and dropout 0 cuDNN's fused kernel on a GPU), seq/s and
 MFU, and `BertForPreTraining` (SDPA, torch AdamW, bf16 autocast) on the same batch with
@@ -15,21 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax
 
-import jax  # noqa: E402
-
-from benchmarks.cli import print_machine, print_table  # noqa: E402
-from benchmarks.train_step import (  # noqa: E402
-    Ceiling,
-    bench_config,
-    measure,
-    task,
-    torch_available,
-)
+from benchmarks.common.cli import print_machine, print_table
+from benchmarks.common.step_timing import Ceiling, measure, torch_available
+from benchmarks.common.synthetic import bench_config
+from encoder.tasks import pretraining as task
 
 FULL = dict(size='base', seq=128, batches=(32, 128, 256), steps=10, rounds=3,
             ceiling=(8192, 8192, 8192))

@@ -1,6 +1,6 @@
 """`Model.encode` throughput against Hugging Face `BertModel` on the same inputs.
 
-  python benchmarks/inference.py --sizes mini,base --seq 128 --batch 32
+  python -m benchmarks.inference --sizes mini,base --seq 128 --batch 32
 
 Ours is the public path a notebook takes, `encoder.inference.Model.encode(input_ids=...)`:
 host arrays in, the jitted encoder, numpy sequence and pooled outputs back on the host. Theirs
@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import flax.linen as nn
+import jax
+import numpy as np
 
-import flax.linen as nn  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from benchmarks.cli import print_machine, shape_parser  # noqa: E402
-from encoder.inference import Model  # noqa: E402
-from encoder.modules.config import model_config  # noqa: E402
-from encoder.modules.transformer import Encoder  # noqa: E402
+from benchmarks.common.cli import print_machine, shape_parser
+from encoder.inference import Model
+from encoder.modules.config import model_config
+from encoder.modules.transformer import Encoder
 
 
 def inputs(batch: int, seq: int, vocab: int, seed: int = 0) -> dict:

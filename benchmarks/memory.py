@@ -1,6 +1,6 @@
 """Prints the per-device memory of a train step under pmap and under the FSDP mesh, from XLA.
 
-  python benchmarks/memory.py [--exp mlm_nsp_large] [--devices 8] [--batch_size 256] [--seq 128]
+  python -m benchmarks.memory [--exp mlm_nsp_large] [--devices 8] [--batch_size 256] [--seq 128]
 
 Nothing is allocated: the state is abstract (`jax.eval_shape`), the steps are lowered and
 compiled for simulated CPU devices, and the numbers come from each executable's
@@ -11,32 +11,26 @@ optimizer intermediates) and their peak, arguments + outputs - aliased + tempora
 
 import argparse
 import os
-import sys
-
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-parser.add_argument('--exp', default='mlm_nsp_large')
-parser.add_argument('--devices', type=int, default=8)
-parser.add_argument('--batch_size', type=int, default=256, help='global batch')
-parser.add_argument('--seq', type=int, default=128)
-args = parser.parse_args()
-os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={args.devices}'
-os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from encoder import configs  # noqa: E402
-from encoder.modules.config import resolved_fields  # noqa: E402
-from encoder.tasks import get_task  # noqa: E402
-from encoder.train.optim import make_optimizer  # noqa: E402
-from encoder.train.sharding import bytes_per_device  # noqa: E402
-from encoder.train.strategy import MeshStrategy, PmapStrategy, abstract_state  # noqa: E402
 
 MiB = 2 ** 20
 
 
-def setup():
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--exp', default='mlm_nsp_large')
+  parser.add_argument('--devices', type=int, default=8)
+  parser.add_argument('--batch_size', type=int, default=256, help='global batch')
+  parser.add_argument('--seq', type=int, default=128)
+  return parser.parse_args(argv)
+
+
+def setup(args):
+  import jax
+
+  from encoder import configs
+  from encoder.modules.config import resolved_fields
+  from encoder.tasks import get_task
+  from encoder.train.optim import make_optimizer
   config = configs.load_experiment(args.exp)
   config.data.max_seq_length = args.seq
   config.train.batch_size = args.batch_size
@@ -57,8 +51,17 @@ def report(name: str, compiled) -> None:
         f'temporaries {m.temp_size_in_bytes / MiB:9.1f}  peak {peak / MiB:9.1f} MiB per device')
 
 
-def main() -> None:
-  config, task, model, tx, dummy, batch = setup()
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  # XLA reads the device count once, when its backend starts: set before JAX is imported.
+  os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={args.devices}'
+  os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+  import jax
+  import numpy as np
+
+  from encoder.train.sharding import bytes_per_device
+  from encoder.train.strategy import MeshStrategy, PmapStrategy, abstract_state
+  config, task, model, tx, dummy, batch = setup(args)
   n = args.devices
   state = abstract_state(model, tx, dummy)  # shapes only: nothing is allocated
   params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))

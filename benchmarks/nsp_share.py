@@ -1,6 +1,6 @@
 """NSP's share of the gradient in a pretraining checkpoint, per parameter group.
 
-  python benchmarks/nsp_share.py RUN_DIR_OR_STEP_DIR [--batches 16]
+  python -m benchmarks.nsp_share RUN_DIR_OR_STEP_DIR [--batches 16]
 
 The MLM and NSP terms of the loss are differentiated separately on `--batches` training
 batches (those the run's loader gives at the checkpoint's step). Per group of shared encoder
@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 GROUPS = [('position_embeddings', r'position_embeddings'),
           ('word_embeddings', r'word_embeddings'),

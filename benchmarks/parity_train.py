@@ -1,19 +1,21 @@
 """Differential training test: our train step against Hugging Face's PyTorch BERT, step by step.
 
-  python benchmarks/parity_train.py --size tiny --steps 100 [--no_nsp]
-  python benchmarks/parity_train.py --recipe --steps 2500 --eval_every 500 --curves c.json \
+  python -m benchmarks.parity_train --size tiny --steps 100 [--no_nsp]
+  python -m benchmarks.parity_train --recipe --steps 2500 --eval_every 500 --curves c.json \
       --plot curves.png
-  python benchmarks/parity_train.py --plot_from c.json --plot curves.png   # redraw, no training
+  python -m benchmarks.parity_train --plot_from c.json --plot curves.png   # redraw, no training
 
 Both sides start from the same weights (ours, initialised by our code and exported by
 `encoder.hf.mapping.ours_to_hf`, the function behind `convert --to-hf`, into
 `BertForPreTraining`, or `BertForMaskedLM` with `--no_nsp`) and train on the same batches from
 our loader (`input_ids`, `segment_ids`, `input_mask`; masked positions become `labels`, -100
-elsewhere; NSP labels), in float32. Ours is the step `launch.py` runs (`PmapStrategy.steps`,
-`make_optimizer`). Theirs is a plain PyTorch loop: `torch.optim.AdamW` with the same betas,
-epsilon and weight decay, decay off for biases and LayerNorm weights (Hugging Face Trainer's
-rule), `clip_grad_norm_`, and `transformers.get_linear_schedule_with_warmup` stepped after each
-update. Per-step losses (total, MLM, NSP) and the final parameters are compared.
+elsewhere; NSP labels), in float32. Ours is the step `launch.py` runs, set up as the trainer
+sets it up (`encoder.train.run_setup.setup_steps`: the strategy `parallel` names, pmap by
+default; `make_optimizer`; weights seeded by `train.seed`). Theirs is a plain PyTorch loop:
+`torch.optim.AdamW` with the same betas, epsilon and weight decay, decay off for biases and
+LayerNorm weights (Hugging Face Trainer's rule), `clip_grad_norm_`, and
+`transformers.get_linear_schedule_with_warmup` stepped after each update. Per-step losses
+(total, MLM, NSP) and the final parameters are compared.
 
 Without `--recipe` the run is BERT's recipe at the experiment's sizes (post-LN, mask rate 0.15,
 NSP weight 1), dropout is off and the warmup is a tenth of `--steps`, so the schedule reaches
@@ -38,11 +40,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.common.cli import print_table
 
-from benchmarks.cli import print_table  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LOSS_KEYS = ('loss', 'mlm_loss', 'nsp_loss')
 
@@ -117,16 +119,13 @@ def run_ours_worker(args) -> None:
 
   from encoder.hf import mapping
   from encoder.tasks import pretraining as task
-  from encoder.train.optim import make_optimizer
-  from encoder.train.strategy import PmapStrategy
+  from encoder.train.run_setup import setup_steps
   assert jax.local_device_count() == args._worker, jax.devices()
   config = parity_config(args)
   data, config = load_data(config, args.workdir)
-  model, tx, strategy = task.build_model(config), make_optimizer(config.train), PmapStrategy()
-  dummy = task.dummy_batch(config)
-  state = strategy.init_state(model, tx, dummy, config.train.seed)
+  run = setup_steps(config)
+  strategy, state, train_step, eval_step = run.strategy, run.state, run.train_step, run.eval_step
   init = strategy.to_checkpoint(state).params
-  train_step, eval_step = strategy.steps(model, task, tx, 1)
   batches = data.train_iterator()
   eval_batches = [strategy.place_batch(b) for b in data.eval_batches(config.train.eval_batches)]
   losses, evals, start = [], [], time.perf_counter()
@@ -138,8 +137,7 @@ def run_ours_worker(args) -> None:
   if args.eval_every:
     evals.append(_eval_ours(args.steps, state, eval_step, eval_batches, strategy, task))
   seconds = time.perf_counter() - start
-  rows = [task.reduce_metrics(jax.tree.map(lambda x: np.asarray(x)[0], s))
-          for s in jax.device_get(losses)]
+  rows = [task.reduce_metrics(strategy.sum_metrics([s])) for s in jax.device_get(losses)]
   final = strategy.to_checkpoint(state).params
   layers = config.model.num_layers
   out = {f'init/{k}': v for k, v in mapping.ours_to_hf(jax.device_get(init), layers)[0].items()}
@@ -162,9 +160,9 @@ def run_ours(argv: list[str], devices: int, out: str) -> dict:
            if not f.startswith('--xla_force_host_platform_device_count')]
   flags.append(f'--xla_force_host_platform_device_count={devices}')
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=' '.join(flags))
-  cmd = [sys.executable, os.path.abspath(__file__), *argv, '--_worker', str(devices), '--_out',
-         out]
-  subprocess.run(cmd, env=env, check=True)
+  cmd = [sys.executable, '-m', 'benchmarks.parity_train', *argv, '--_worker', str(devices),
+         '--_out', out]
+  subprocess.run(cmd, env=env, check=True, cwd=ROOT)
   with np.load(out) as f:
     arrays = {k: f[k] for k in f.files}
   result = json.loads(str(arrays.pop('meta')))

@@ -1,7 +1,7 @@
 """Prints what preparing a corpus costs (wall clock, MB/s per worker, peak RSS of all processes)
 and what training on it costs in memory, for synthetic corpora of real text.
 
-  python benchmarks/prepare.py --sizes_mb 100,400 --workers 1,2 [--train_steps 20] [--beam]
+  python -m benchmarks.prepare --sizes_mb 100,400 --workers 1,2 [--train_steps 20] [--beam]
 
 The corpora are the interpreter's own standard-library sources, one line a sentence, 40 lines a
 document, shuffled anew in every pass until the size is reached (cached under --dir). Each

@@ -1,6 +1,6 @@
 """Does extractive QA fine-tuning learn? MiniLM-L6 on cloze questions over real paragraphs.
 
-  python benchmarks/qa.py [--train 1024] [--eval 200] [--epochs 2] [--max_seq_length 96]
+  python -m benchmarks.qa [--train 1024] [--eval 200] [--epochs 2] [--max_seq_length 96]
 
 Real SQuAD is not on this machine, so the questions are built from real text the project has:
 paragraphs of consecutive sentences (2 by default) from the embedded Python documentation; the
@@ -20,62 +20,19 @@ F1 0.105, random span 0.025 / 0.075, random word 0.035 / 0.035 (262 s user CPU t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import re
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks.finetune import finetune, minilm_dir  # noqa: E402
-
-BLANK = '_____'
-_WORD = re.compile(r'\b[A-Za-z][a-z]{4,}\b')  # lower-case content words of 5+ letters
-_STOP = frozenset('about above after again against because before being below between could '
-                  'during every other should their there these those through under until which '
-                  'while would where whose value values return returns'.split())
-
-
-def cloze_paragraphs(documents: list[list[str]], n: int, rng: random.Random,
-                     sentences_per_paragraph: int = 3, max_chars: int = 320) -> list[dict]:
-  """SQuAD-format paragraphs of one cloze question each, from documents in the given order."""
-  out = []
-  for doc in documents:
-    prose = [s for s in doc if 40 <= len(s) <= 200 and not s.lstrip().startswith(('>>>', '$'))]
-    size = sentences_per_paragraph
-    for k in range(0, len(prose) - size + 1, size):  # consecutive, non-overlapping paragraphs
-      if len(out) >= n:
-        return out
-      sentences = prose[k:k + size]
-      context = ' '.join(sentences)
-      which = rng.randrange(size)
-      words = [m for m in _WORD.finditer(sentences[which]) if m.group().lower() not in _STOP]
-      if len(context) > max_chars or not words:
-        continue
-      word = rng.choice(words)
-      question = sentences[which][:word.start()] + BLANK + sentences[which][word.end():]
-      start = sum(len(s) + 1 for s in sentences[:which]) + word.start()
-      assert context[start:start + len(word.group())] == word.group()
-      out.append({'context': context, 'qas': [{
-          'id': f'c{len(out)}', 'question': question,
-          'answers': [{'text': word.group(), 'answer_start': start}]}]})
-  return out
-
-
-def write_squad(path: str, paragraphs: list[dict]) -> str:
-  with open(path, 'w', encoding='utf-8') as f:
-    json.dump({'version': '1.1', 'data': [{'title': 'python_docs', 'paragraphs': paragraphs}]},
-              f)
-  return path
+from benchmarks.common.finetuning import finetune, minilm_dir
+from benchmarks.common.squad_cloze import cloze_paragraphs, write_squad
 
 
 def baselines(paragraphs: list[dict], rng: random.Random) -> dict:
   """EM / F1 of answers that ignore the question."""
-  from encoder.data.corpus.sources import split_sentences
+  from encoder.data.corpus.sentences import split_sentences
   from encoder.tasks.squad_metrics import squad_v1
   golds = {p['qas'][0]['id']: [a['text'] for a in p['qas'][0]['answers']] for p in paragraphs}
   guesses = {'first sentence': {}, 'random span (1-3 words)': {}, 'random word': {}}

@@ -1,9 +1,9 @@
 """Which XLA:CPU flags speed up our train step: each flag set against the default, side by side.
 
-  python benchmarks/xla_flags.py --sizes mini,base --rounds 2
+  python -m benchmarks.xla_flags --sizes mini,base --rounds 2
 
 XLA reads `XLA_FLAGS` once, when the backend starts, so every flag set runs
-`benchmarks/train_step.py` in a process of its own. The sets take turns in every round (the
+`python -m benchmarks.train_step` in a process of its own. The sets take turns in every round (the
 default first), so a change in the machine's load spreads over all of them; each set's
 sequences/s is the median over rounds, and its ratio is against the default's median. Each
 process also measures the matmul ceiling under its flags, printed beside the step.
@@ -21,11 +21,9 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.common.cli import print_machine, shape_parser
 
-from benchmarks.cli import print_machine, shape_parser  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANDIDATES = {
     'default': '',
     'xnn_dot': '--xla_cpu_experimental_xnn_fusion_type=dot',
@@ -40,13 +38,13 @@ CANDIDATES = {
 
 
 def run_once(flags: str, size: str, args) -> dict | None:
-  """One train_step.py process under `flags`; its JSON line, or None if it failed."""
+  """One `benchmarks.train_step` process under `flags`; its JSON line, or None if it failed."""
   env = dict(os.environ)
   env['XLA_FLAGS'] = ' '.join(x for x in (os.environ.get('XLA_FLAGS', ''), flags) if x)
-  cmd = [sys.executable, os.path.join(HERE, 'train_step.py'), '--sizes', size,
+  cmd = [sys.executable, '-m', 'benchmarks.train_step', '--sizes', size,
          '--seq', str(args.seq), '--batch', str(args.batch), '--dtype', args.dtype,
          '--rounds', '1', '--steps', str(args.steps), '--vocab', str(args.vocab)]
-  proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+  proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
   lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
   if proc.returncode != 0 or not lines:
     print(f'# {flags or "default"} failed: {proc.stderr.strip().splitlines()[-1:]}',

@@ -1,9 +1,11 @@
 """The benchmark scripts run end to end at toy sizes and print one valid JSON line per size.
 
-They are imported and called in-process (the session's JAX is reused, so this takes seconds);
-the numbers themselves are never checked: speed is measured by running the scripts.
+They are imported as `benchmarks.NAME` (what `python -m benchmarks.NAME` runs) and called
+in-process (the session's JAX is reused, so this takes seconds); the numbers themselves are
+never checked: speed is measured by running the scripts.
 """
 
+import importlib
 import importlib.util
 import json
 import os
@@ -15,11 +17,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 def _script(name: str):
-  spec = importlib.util.spec_from_file_location(f'bench_{name}',
-                                                os.path.join(BENCHMARKS, f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return importlib.import_module(f'benchmarks.{name}')
 
 
 def _json_lines(out: str) -> list[dict]:

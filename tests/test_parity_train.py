@@ -1,8 +1,8 @@
 """benchmarks/parity_train.py at tiny size: our training matches Hugging Face's, step by step.
 
 Slow (minutes: a tokenizer, two runs of ours, one of PyTorch), and skipped where torch or
-transformers are not installed; `python benchmarks/parity_train.py --size tiny --steps 100`
-is the full check.
+transformers are not installed; `python -m benchmarks.parity_train --size tiny --steps 100`
+is the full check (from the repository root, as the tests below run it).
 """
 
 import importlib.util
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      'benchmarks', 'parity_train.py')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = [sys.executable, '-m', 'benchmarks.parity_train']
 
 
 @pytest.mark.slow
@@ -24,8 +24,8 @@ def test_training_matches_hugging_face(tmp_path, objective):
     pytest.skip('the parity test trains Hugging Face BERT: pip install torch transformers')
   args = ['--size', 'tiny', '--steps', '30', '--workdir', str(tmp_path)]
   args += ['--no_nsp'] if objective == 'mlm' else []
-  out = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                       check=True).stdout
+  out = subprocess.run([*SCRIPT, *args], capture_output=True, text=True, check=True,
+                       cwd=ROOT).stdout
   result = json.loads(out.strip().splitlines()[-1])
   assert result['steps'] == 30 and result['nsp'] == (objective == 'mlm_nsp')
   assert 0 < result['noise_floor'] < 1e-4  # 1 and 8 devices differ, by rounding only
@@ -46,9 +46,9 @@ def test_plot_from_redraws_saved_curves_without_training(tmp_path):
   curves.write_text(json.dumps({'ours': losses, 'hf': losses, 'ours_evals': evals,
                                 'hf_evals': evals}))
   image = tmp_path / 'curves.png'
-  subprocess.run([sys.executable, SCRIPT, '--plot_from', str(curves), '--plot', str(image)],
-                 check=True, capture_output=True)
+  subprocess.run([*SCRIPT, '--plot_from', str(curves), '--plot', str(image)],
+                 check=True, capture_output=True, cwd=ROOT)
   assert image.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and image.stat().st_size > 10_000
-  missing = subprocess.run([sys.executable, SCRIPT, '--plot_from', str(curves)],
-                           capture_output=True, text=True)
+  missing = subprocess.run([*SCRIPT, '--plot_from', str(curves)],
+                           capture_output=True, text=True, cwd=ROOT)
   assert missing.returncode != 0 and 'needs --plot' in missing.stderr
