@@ -10,6 +10,7 @@ from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import sharding
 from encoder.train.optim import make_optimizer
+from encoder.train.run_setup import setup_steps
 from encoder.train.strategy import make_strategy
 
 
@@ -44,14 +45,14 @@ def random_batches(config, num: int, seed: int = 0) -> list[dict]:
 
 
 def run_steps(strategy_overrides, batches, accum: int = 1):
-  """Losses of a few train steps and the final params (host numpy), under one strategy."""
-  config, task, model, tx = tiny_setup(*strategy_overrides)
-  strategy = make_strategy(config.parallel)
-  placed = strategy.init_state(model, tx, task.dummy_batch(config), 0)
-  train_step, _ = strategy.steps(model, task, tx, accum)
+  """Losses of a few train steps and the final params (host numpy), under one strategy, set up
+  as the trainer sets a run up."""
+  config, *_ = tiny_setup(*strategy_overrides, f'train.grad_accum_steps={accum}')
+  run = setup_steps(config)
+  strategy, task, placed = run.strategy, run.task, run.state
   losses = []
   for batch in batches:
-    placed, sums = train_step(placed, strategy.place_batch(batch))
+    placed, sums = run.train_step(placed, strategy.place_batch(batch))
     losses.append(task.reduce_metrics(strategy.sum_metrics([sums]))['loss'])
   params = jax.tree.map(np.asarray, strategy.to_checkpoint(placed).params)
   return losses, params, placed
