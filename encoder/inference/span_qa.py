@@ -14,7 +14,6 @@ from encoder.data.finetune.squad_examples import QAExample
 from encoder.data.finetune.squad_features import build_features
 from encoder.errors import DataError
 from encoder.inference.heads import encode_trimmed, head_logits
-from encoder.tasks.span_decoding import MASKED_LOGIT, decode_all, decode_options
 
 
 def answer(model, question, context):
@@ -23,6 +22,7 @@ def answer(model, question, context):
   also gives 'null_score_diff' and answers `no_answer=True` with text '' and start = end =
   None when the null answer wins. Lists of questions and contexts give a list."""
   # Imported here: encoder.load imports nothing from encoder.tasks (the training side).
+  from encoder.tasks.span_decoding import MASKED_LOGIT, decode_all, decode_options
   single = isinstance(question, str)
   questions = [question] if single else list(question)
   contexts = [context] if isinstance(context, str) else list(context)

@@ -14,7 +14,6 @@ import numpy as np
 from encoder.data.finetune.finetuning_data import encode_words
 from encoder.errors import DataError
 from encoder.inference.heads import encode_trimmed, head_logits, label_names
-from encoder.tasks.conlleval import chunks
 
 
 def _words(text) -> list[str]:
@@ -29,6 +28,7 @@ def tag(model, texts: Sequence) -> list[dict]:
   """Per text: {'words', 'tags', 'entities': [{'type', 'text', 'start', 'end'}]} with word
   indices (end exclusive). Words beyond the fine-tuned `data.max_seq_length` get 'O'."""
   # Imported here: encoder.load imports nothing from encoder.tasks (the training side).
+  from encoder.tasks.conlleval import chunks
   single = isinstance(texts, str)
   sentences = [_words(t) for t in ([texts] if single else texts)]
   names = label_names(model.config)

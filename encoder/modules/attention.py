@@ -1,4 +1,5 @@
-"""Multi-head self-attention over the full score matrix, masked only by padding (or causally).
+"""Multi-head self-attention over the full score matrix, masked by padding or packed examples
+(and causally, for ablations).
 
 Shape letters: see `encoder.modules`.
 """
@@ -15,14 +16,21 @@ from encoder.modules.common import compute_dtype, zeros_init
 from encoder.modules.config import ModelConfig
 
 
-def attention_mask(input_mask: jax.Array, kind: str) -> jax.Array:
-  """Boolean [batch, 1, query, key] mask: True where a query may attend to a key.
+def attention_mask(input_mask: jax.Array, kind: str,
+                   segmentation: jax.Array | None = None) -> jax.Array:
+  """Boolean [batch, 1, query (or 1), key] mask: True where a query may attend to a key.
 
-  Every query (padding queries too) attends to every real key; `causal` further keeps only
-  keys at or before the query. Padding queries' outputs are never read, so we let them
-  attend rather than produce all-masked rows.
+  Unpacked (`segmentation` None): every query (padding queries too) attends to every real
+  key. Packed: `segmentation` is each token's example id within its row (t5x's
+  `*_segmentation`; 0 = padding), and the mask is block-diagonal: a token attends only to the
+  tokens of its own example, and padding only to padding. `causal` further keeps only keys at
+  or before the query. Padding queries' outputs are never read; they attend to something
+  rather than produce all-masked rows.
   """
-  keys = input_mask.astype(bool)[:, None, None, :]
+  if segmentation is None:
+    keys = input_mask.astype(bool)[:, None, None, :]
+  else:
+    keys = (segmentation[:, :, None] == segmentation[:, None, :])[:, None]
   if kind == 'causal':
     seq = input_mask.shape[-1]
     keys = keys & jnp.tril(jnp.ones((seq, seq), bool))[None, None]
@@ -80,15 +88,15 @@ class SelfAttention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, input_mask: jax.Array, *, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
+    """`mask`: `attention_mask(...)`, made once per forward pass by the encoder."""
     cfg = self.config
     dtype = compute_dtype(cfg)
     params = [_Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
     kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [m, 3, h, d]
     bias = jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
     qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ()))) + bias
-    mask = attention_mask(input_mask, cfg.attention)
     dropout_active = not deterministic and cfg.attention_dropout_rate > 0
     probs = None
     if return_probs or dropout_active or cfg.attention_impl == 'explicit':
@@ -101,7 +109,9 @@ class SelfAttention(nn.Module):
     else:
       query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [b, s, h, d] each
       # cuDNN takes a mask only as a bias of the scores' own shape: [b, 1, q, k], not the
-      # [b, 1, 1, k] that broadcasts; any mask (padding anywhere, causal) stays exact.
+      # [b, 1, 1, k] that broadcasts; any mask (padding anywhere, causal) stays exact. Packed
+      # rows come as the same mask: dot_product_attention's query/key_seq_lengths describe
+      # one example per row, so they cannot say where packed examples begin.
       context = jax.nn.dot_product_attention(
           query, key, value, mask=jnp.broadcast_to(mask, (x.shape[0], 1, x.shape[1], x.shape[1])),
           implementation=cfg.attention_impl)

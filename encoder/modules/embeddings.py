@@ -27,9 +27,11 @@ class Embeddings(nn.Module):
     self.norm = layer_norm(cfg, 'norm')
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, *,
-               deterministic: bool = True) -> jax.Array:
-    positions = jnp.arange(input_ids.shape[-1])[None, :]
+  def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
+               positions: jax.Array | None = None, *, deterministic: bool = True) -> jax.Array:
+    """`positions`: per-token position ids (restarting per packed example); None: 0, 1, ..."""
+    if positions is None:
+      positions = jnp.arange(input_ids.shape[-1])[None, :]
     x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
          + self.segment_embeddings(segment_ids))
     return self.dropout(self.norm(x), deterministic=deterministic)

@@ -7,7 +7,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from encoder.modules.attention import SelfAttention
+from encoder.modules.attention import SelfAttention, attention_mask
 from encoder.modules.common import activation, dense, layer_norm
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
@@ -42,7 +42,7 @@ class EncoderBlock(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, input_mask: jax.Array, *, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
     cfg = self.config
     attention = SelfAttention(cfg, name='attention')
@@ -51,7 +51,7 @@ class EncoderBlock(nn.Module):
     drop = nn.Dropout(cfg.dropout_rate)
 
     def attend(h):
-      return attention(h, input_mask, deterministic=deterministic, return_probs=return_probs)
+      return attention(h, mask, deterministic=deterministic, return_probs=return_probs)
 
     if cfg.norm == 'pre':
       a, probs = attend(attention_norm(x))
@@ -84,8 +84,14 @@ class Encoder(nn.Module):
     self.pooler = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
 
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
-               input_mask: jax.Array | None = None, *, deterministic: bool = True,
+               input_mask: jax.Array | None = None, *,
+               input_segmentation: jax.Array | None = None,
+               input_positions: jax.Array | None = None, deterministic: bool = True,
                return_probs: bool = False) -> EncoderOutput:
+    """`segment_ids` are BERT's sentence A/B ids. A packed row, several examples in one, also
+    gives `input_segmentation` (each token's example id, 1, 2, ...; 0 = padding), whose
+    examples attend only within themselves, and `input_positions` (positions restarting at
+    each example's first token); without them a row is one example, positions 0, 1, ..."""
     cfg = self.config
     if input_ids.shape[-1] > cfg.max_position_embeddings:
       raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
@@ -95,10 +101,12 @@ class Encoder(nn.Module):
     if input_mask is None:
       input_mask = jnp.ones_like(input_ids)
     x = nn.with_logical_constraint(
-        self.embeddings(input_ids, segment_ids, deterministic=deterministic), ACTIVATION)
+        self.embeddings(input_ids, segment_ids, input_positions, deterministic=deterministic),
+        ACTIVATION)
+    mask = attention_mask(input_mask, cfg.attention, input_segmentation)
     all_probs = []
     for layer in self.layers:
-      x, probs = layer(x, input_mask, deterministic=deterministic, return_probs=return_probs)
+      x, probs = layer(x, mask, deterministic=deterministic, return_probs=return_probs)
       x = nn.with_logical_constraint(x, ACTIVATION)
       all_probs.append(probs)
     if cfg.norm == 'pre':

@@ -22,6 +22,7 @@ from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, metrics
+from encoder.tasks.common import encoder_inputs
 
 WEIGHTS = ('weight',)
 
@@ -35,8 +36,7 @@ class BertForClassification(nn.Module):
     self.classifier = ClassificationHead(self.config, self.num_labels)
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
-                       deterministic=deterministic)
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
     return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
 
 

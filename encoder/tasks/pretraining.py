@@ -13,7 +13,7 @@ from encoder.data.pretrain import pretraining_data
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import MlmHead, NspHead
 from encoder.modules.transformer import Encoder
-from encoder.tasks.common import vocab_fields
+from encoder.tasks.common import encoder_inputs, vocab_fields
 
 
 class BertForPretraining(nn.Module):
@@ -34,8 +34,7 @@ class BertForPretraining(nn.Module):
       self.nsp_head = NspHead(self.config)
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
-                       deterministic=deterministic)
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
     result = {'mlm_logits': self.mlm(out.sequence_output, self.encoder.word_embedding_table(),
                                      batch.get('masked_positions'))}
     if self.nsp:

@@ -28,6 +28,7 @@ from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import SpanHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, span_decoding, squad_metrics
+from encoder.tasks.common import encoder_inputs
 
 WEIGHTS = ('weight',)
 
@@ -40,8 +41,7 @@ class BertForQuestionAnswering(nn.Module):
     self.span = SpanHead(self.config)
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
-                       deterministic=deterministic)
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
     start, end = self.span(out.sequence_output)
     real = batch['input_mask'] > 0
     return {'start_logits': jnp.where(real, start, span_decoding.MASKED_LOGIT),

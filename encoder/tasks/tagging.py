@@ -22,6 +22,7 @@ from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
 from encoder.tasks import common, conlleval
+from encoder.tasks.common import encoder_inputs
 
 log = logging.getLogger('encoder')
 WEIGHTS = ('label_weights',)
@@ -36,8 +37,7 @@ class BertForTagging(nn.Module):
     self.tagger = TokenClassificationHead(self.config, self.num_labels)
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(batch['input_ids'], batch['segment_ids'], batch['input_mask'],
-                       deterministic=deterministic)
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
     return {'logits': self.tagger(out.sequence_output, deterministic=deterministic)}
 
 

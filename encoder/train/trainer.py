@@ -136,6 +136,9 @@ def _train(config, workdir: str) -> dict:
                       train_iter.state(), force=True, metrics=metrics)
 
   window, eval_metrics, skipped, failure = [], {}, 0, None
+  # This host's real and computed tokens in the log window: the packing efficiency (padding
+  # is computed and wasted), read off the host batches, so nothing waits for a device.
+  real_tokens, computed_tokens = 0, 0
   lengths = set()  # sequence lengths seen: one compile of the step each (length buckets)
   step = start
   with _StopRequest() as stop:
@@ -146,6 +149,8 @@ def _train(config, workdir: str) -> dict:
         lengths.add(length)
         progress.write(f'step {step + 1}: compiling the train step for sequence length '
                        f'{length} ({len(lengths)} so far)')
+      real_tokens += int(batch['input_mask'].sum())
+      computed_tokens += batch['input_mask'].size
       rstate, sums = train_step(rstate, strategy.place_batch(batch))
       step += 1
       monitor.add(step, sums)
@@ -169,11 +174,12 @@ def _train(config, workdir: str) -> dict:
           metrics['skipped_steps'] = skipped
         steps_per_sec, examples_per_sec = progress.rates(step)
         metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
-                       examples_per_sec=examples_per_sec)
+                       examples_per_sec=examples_per_sec,
+                       real_token_fraction=real_tokens / max(computed_tokens, 1))
         writer.write(step, 'train', metrics)
         progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
                         examples_per_sec=examples_per_sec)
-        window, skipped = [], 0
+        window, skipped, real_tokens, computed_tokens = [], 0, 0, 0
       if evaluated:
         eval_metrics = evaluate(rstate, step)
         writer.write(step, 'eval', eval_metrics)

@@ -14,6 +14,7 @@ import orbax.checkpoint  # noqa: F401  (imported here so the subprocess test doe
 import pytest
 
 from encoder import configs
+from encoder.data.pretrain.pretraining_data import build_pretraining_data
 from encoder.errors import CheckpointError, ConfigError
 from encoder.train.metric_writer import read_metrics
 from encoder.train.trainer import train_and_evaluate
@@ -62,6 +63,23 @@ def test_stop_and_resume_gives_the_uninterrupted_metrics(tmp_path, corpus, cache
   assert resumed == straight
   assert losses(tmp_path / 'resumed') == losses(tmp_path / 'straight')
   assert losses(tmp_path / 'resumed', 'eval') == losses(tmp_path / 'straight', 'eval')
+
+
+def test_train_metrics_report_the_real_token_fraction_of_each_window(tmp_path, corpus,
+                                                                     cache_dir):
+  # Short targets on every pair (BERT's short_seq_prob at 1) in rows of 64: some padding.
+  common = ('train.num_steps=4', 'train.log_every=2', 'data.short_seq_prob=1.0',
+            'data.max_seq_length=64')
+  train(tmp_path / 'w', corpus, cache_dir, *common)
+  reported = {r['step']: r['real_token_fraction']
+              for r in read_metrics(str(tmp_path / 'w'), 'train')}
+  config = configs.load_experiment('mlm_nsp_tiny:smoke')
+  configs.apply_overrides(config, smoke_overrides(corpus, cache_dir, *common))
+  data = build_pretraining_data(config, str(tmp_path / 'w'))  # the run's, prepared already
+  masks = [data.train_batch(step)['input_mask'] for step in range(4)]
+  expected = {2: np.mean(masks[:2]), 4: np.mean(masks[2:])}
+  assert reported == pytest.approx(expected)
+  assert min(reported.values()) < 1  # some padding, so the check above is not vacuous
 
 
 @pytest.mark.slow  # ~40 s; the batches across the switch are checked fast in tests/data
