@@ -62,11 +62,11 @@ def _loss(model, weights, span):
   return loss
 
 
-@pytest.mark.parametrize('norm', ['post', 'pre'])
 @pytest.mark.parametrize('attention', ['bidirectional', 'causal'])
 @pytest.mark.parametrize('impl', ['explicit', 'xla'])
-def test_a_packed_example_equals_itself_alone(impl, attention, norm):
-  model, variables = _model(impl, attention, norm)
+def test_a_packed_example_equals_itself_alone(impl, attention):
+  # Pre-LN on the causal cases, so both norm placements are covered at half the cases.
+  model, variables = _model(impl, attention, 'pre' if attention == 'causal' else 'post')
   examples = _examples()
   packed = _packed(examples)
   out = model.apply(variables, **packed).sequence_output

@@ -78,7 +78,7 @@ GROUPED = ('data.length_buckets=28,30', 'data.bucket_window=2', 'train.num_steps
            'train.eval_every=4', 'train.checkpoint_every=4', 'train.log_every=2')
 
 
-@pytest.mark.slow  # 40 s; the sampler's purity (tests/data/finetune/test_length_buckets.py) is the fast check
+@pytest.mark.slow  # 40 s; the fast check is data/finetune/test_length_buckets.py (sampler purity)
 def test_a_bucketed_run_stopped_and_resumed_gives_the_uninterrupted_metrics(tmp_path):
   straight, straight_lines, _ = _run('ner_conll2003:smoke', tmp_path / 'straight', *GROUPED)
   _run('ner_conll2003:smoke', tmp_path / 'resumed', *GROUPED, 'train.stop_at_step=4')
