@@ -44,7 +44,7 @@ def experiment_module(spec: str):
     hint = difflib.get_close_matches(name, known, n=1)
     did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ''
     raise ConfigError(
-        f"unknown experiment '{_shown(name)}'{did_you_mean} (see `python launch.py --list`)")
+        f"unknown experiment '{_shown(name)}'{did_you_mean} (see --list)")
   return importlib.import_module(f'{EXPERIMENTS_PACKAGE}.{name}')
 
 
