@@ -51,13 +51,12 @@ def carve_conll(directory: str, n_train: int, n_eval: int) -> tuple[str, str]:
 
 
 def run_config(exp: str, overrides: list[str]):
-  """The experiment with the overrides and the architecture and tokenizer of its `init_from`
-  run: the config `train_and_evaluate` hands to `encoder.train.run_setup.setup_train_loop`."""
+  """The experiment with the overrides, as `encoder.train.run_setup.setup_train_loop` takes
+  it (it adds init_from's architecture and tokenizer itself)."""
   from encoder import configs
-  from encoder.train import resolve
   config = configs.load_experiment(exp)
   configs.apply_overrides(config, overrides)
-  return configs.with_fields(config, resolve.init_from_fields(config))
+  return config
 
 
 def finetune(exp: str, workdir: str, overrides: list[str]) -> dict:

@@ -42,12 +42,20 @@ def _builder(tfds, name: str, data_dir: str | None):
   try:
     return tfds.builder(name, data_dir=data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    try:  # some builders (glue, conll2003, ...) only register once their family is imported
-      import tensorflow_datasets.text  # noqa: F401
-      return tfds.builder(name, data_dir=data_dir)
-    except Exception:  # noqa: BLE001 - any failure here means the name is not usable
-      pass
+    found = _registered_late(tfds, name, data_dir)
   except Exception as e:  # noqa: BLE001 - bad config names and the like
     raise DataError(f"TFDS dataset '{name}' cannot be loaded ({first_line(e)}): check the "
                     'name with `tfds build --help` or the TFDS catalog') from None
-  raise DataError(f"TFDS has no dataset '{name}': check the name (see the TFDS catalog)")
+  if found is None:
+    raise DataError(f"TFDS has no dataset '{name}': check the name (see the TFDS catalog)")
+  return found
+
+
+def _registered_late(tfds, name: str, data_dir: str | None):
+  """The builder of a dataset (glue, conll2003, ...) that registers only once its family
+  module is imported; None when the name is not usable even then."""
+  import tensorflow_datasets.text  # noqa: F401 - registers the text families
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  except Exception:  # noqa: BLE001 - any failure here means the name is not usable
+    return None

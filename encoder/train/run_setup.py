@@ -57,10 +57,11 @@ def write_config(config, workdir: str) -> None:
 
 
 def setup_train_loop(config, workdir: str) -> RunSetup:
-  """The run the trainer loops over, from `config` (the experiment with its overrides, with
-  init_from's fields) in `workdir` (known to be this run's): the task's data, the resolved
-  config written to config.json, and the state restored from the newest readable checkpoint,
-  else fresh (with init_from's weights)."""
+  """The run the trainer loops over, from `config` (the experiment with its overrides) in
+  `workdir` (known to be this run's): init_from's architecture and tokenizer (which the data
+  needs), the task's data, the resolved config written to config.json, and the state restored
+  from the newest readable checkpoint, else fresh (with init_from's weights)."""
+  config = configs.with_fields(config, resolve_lib.init_from_fields(config))
   task = get_task(config.task)
   strategy = make_strategy(config.parallel)
   # Fails early if indivisible (the resolved batch size is the same).

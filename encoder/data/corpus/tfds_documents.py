@@ -8,10 +8,6 @@ access.
 
 from __future__ import annotations
 
-import logging
-
-import tqdm
-
 from encoder.data import tfds_splits
 from encoder.data.corpus.sentences import split_sentences
 from encoder.errors import DataError
@@ -67,11 +63,3 @@ def read_range(spec: str, data_dir: str | None, start: int, end: int):
     doc = [s for para in text.split('\n') for s in split_sentences(para)]
     if doc:
       yield doc
-
-
-def load(spec: str, data_dir: str | None = None) -> list[list[str]]:
-  """Every document of the split (small datasets; preparation reads by range instead)."""
-  n = num_examples(spec, data_dir)
-  logging.info('Reading %d examples of tfds:%s', n, spec)
-  return list(tqdm.tqdm(read_range(spec, data_dir, 0, n), total=n, desc=f'tfds:{spec}',
-                        leave=False, disable=n < 10000))
