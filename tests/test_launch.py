@@ -38,6 +38,7 @@ def test_print_config_applies_overrides():
     (['--exp', 'mlm_nsp_tiny', '--config.train.num_steps=x'], 'expects an integer'),
     (['--exp', 'mlm_nsp_tiny', '--bogus'], "error: unrecognized argument '--bogus'"),
     ([], 'error: --exp NAME is required'),
+    (['--exp', 'mlm_nsp_tiny', '--config.data.packing=documents'], 'needs data.nsp=false'),
 ])
 def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
   out = launch(*args, '--workdir', str(tmp_path / 'w'))

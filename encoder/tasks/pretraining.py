@@ -74,7 +74,18 @@ def dummy_batch(config, batch_size: int = 1) -> dict:
       'masked_ids': jnp.zeros((batch_size, preds), jnp.int32),
       'masked_weights': jnp.zeros((batch_size, preds), jnp.float32),
       'nsp_label': jnp.zeros((batch_size,), jnp.int32),
+      **packed_inputs(config, batch_size),
   }
+
+
+def packed_inputs(config, batch_size: int) -> dict:
+  """The two packing fields a `data.packing=documents` batch carries (each row one example
+  here), so shapes traced from the dummy batch match the real ones."""
+  if config.data.get('packing', 'none') != 'documents':
+    return {}
+  shape = (batch_size, config.data.max_seq_length)
+  return {'input_segmentation': jnp.ones(shape, jnp.int32),
+          'input_positions': jnp.broadcast_to(jnp.arange(shape[1], dtype=jnp.int32), shape)}
 
 
 def max_predictions(config) -> int:

@@ -13,7 +13,6 @@ import dataclasses
 
 import numpy as np
 
-from encoder.data.pretrain.instances import materialize
 from encoder.data.tokenizer import Tokenizer
 from encoder.errors import ConfigError
 
@@ -144,15 +143,14 @@ def mask_config(config, tokenizer: Tokenizer) -> MaskConfig:
     word_starts=tokenizer.word_starts)
 
 
-def static_masks(split_tokens, instances, config, tokenizer, seed) -> dict[str, np.ndarray]:
-  """Masks fixed once per instance (dupe_factor copies differ), from `seed`, in chunks."""
+def static_masks(instances, config, tokenizer, seed, build_rows) -> dict[str, np.ndarray]:
+  """Masks fixed once per instance (dupe_factor copies differ), from `seed`, in chunks;
+  `build_rows(instances)` gives their padded rows (pairs or packed: see shard_worker)."""
   cfg = mask_config(config, tokenizer)
   rng = np.random.default_rng([seed, _STATIC_TAG])
   parts = []
   for i in range(0, len(instances), 4096):
-    batch = materialize(instances[i:i + 4096], split_tokens,
-                                    int(config.data.max_seq_length), tokenizer.cls_id,
-                                    tokenizer.sep_id, tokenizer.pad_id)
+    batch = build_rows(instances[i:i + 4096])
     m = apply(batch['input_ids'], batch['eligible'], rng, cfg)
     shown = np.take_along_axis(m['input_ids'], m['masked_positions'], axis=1)
     parts.append({'masked_positions': m['masked_positions'], 'masked_ids': m['masked_ids'],

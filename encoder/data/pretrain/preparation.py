@@ -29,8 +29,8 @@ from encoder import storage
 from encoder.data import cache
 from encoder.data import tokenizer as tokenizer_lib
 from encoder.data.corpus import sources
-from encoder.data.pretrain import shard_worker
-from encoder.errors import DataError
+from encoder.data.pretrain import packed_rows, shard_worker
+from encoder.errors import ConfigError, DataError
 
 VERSION = 1
 MANIFEST = 'manifest.json'
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 def settings(config, workdir: str) -> dict:
   """Where the preparation of this config lives and what decides its bits (no I/O but stat)."""
   d = config.data
+  packing = packing_layout(d)  # refused before the plan, which may build the embedded corpus
   cache_dir = d.cache_dir or os.path.join(workdir, 'cache')
   plan = sources.plan(d.corpus, int(d.prepare_shard_mb * 2**20), cache_dir,
                      d.get('tfds_data_dir') or None)
@@ -58,6 +59,8 @@ def settings(config, workdir: str) -> dict:
   inst = {'seed': int(config.train.seed), 'dupe_factor': int(d.dupe_factor),
           'max_seq_length': int(d.max_seq_length), 'short_seq_prob': float(d.short_seq_prob),
           'nsp': bool(d.nsp), 'static_masks': not d.dynamic_masking}
+  if packing != 'none':  # only then: unpacked preparations keep the folder names they had
+    inst['packing'] = packing
   mask, eval_mask = _mask_fields(config, d.mask_rate), _mask_fields(config, _eval_rate(d))
   key = {**inst, 'eval_mask': eval_mask, 'mask': mask if inst['static_masks'] else None}
   return {'dir': directory, 'instances_dir': os.path.join(directory, 'instances-' +
@@ -66,6 +69,21 @@ def settings(config, workdir: str) -> dict:
           'tokenizer_path': os.path.join(workdir, 'tokenizer') if source == 'workdir' else
           d.tokenizer,
           'instances': inst, 'mask': mask, 'eval_mask': eval_mask}
+
+
+def packing_layout(d) -> str:
+  """data.packing of a pretraining config, checked: none (BERT's pairs), documents or
+  full_sentences (packed_rows)."""
+  packing = str(d.get('packing', 'none') or 'none')
+  if packing == 'examples':
+    raise ConfigError('data.packing=examples packs fine-tuning batches; pretraining rows pack '
+                      'with data.packing=documents (or full_sentences)')
+  if packing not in ('none', *packed_rows.LAYOUTS):
+    raise ConfigError(f"data.packing='{packing}': use none, documents or full_sentences")
+  if packing != 'none' and d.nsp:
+    raise ConfigError(f'data.packing={packing} needs data.nsp=false: NSP reads sentence pairs, '
+                      'packed rows have none')
+  return packing
 
 
 def is_prepared(s: dict) -> bool:

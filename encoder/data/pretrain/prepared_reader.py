@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 from etils import epath
 
-from encoder.data.pretrain import shard_worker
+from encoder.data.pretrain import packed_rows, shard_worker
 from encoder.data.pretrain.instances import A_LEN, A_START, B_LEN, B_START
 
 _STATIC = ('masked_positions', 'masked_ids', 'shown', 'weights')
@@ -79,11 +79,15 @@ class PreparedSplit:
   """The train or eval instances of a preparation, indexed globally across its shards."""
 
   def __init__(self, directory: str, instances_dir: str, counts: list[int], split: str,
-               static: bool):
+               static: bool, packed_length: int = 0):
+    """`packed_length`: the row length of packed rows (packed_rows), 0 for BERT's pairs."""
     self.directory, self.instances_dir, self.split, self.static = (
         directory, instances_dir, split, static)
+    self.packed_length = packed_length
     self.offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     self._open: dict[int, dict[str, NpyRows]] = {}
+    self._doc_starts: dict[int, np.ndarray] = {}
+    self._lock = threading.Lock()
 
   def __len__(self) -> int:
     return int(self.offsets[-1])
@@ -98,19 +102,33 @@ class PreparedSplit:
       self._open[i] = files
     return self._open[i]
 
-  def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict | None]:
-    """(instances rebased onto a compact token array, that array, static masks or None) for
-    global instance indices `idx`, in their order: only these rows and tokens are read."""
+  def _shard_doc_starts(self, i: int) -> np.ndarray:
+    """Shard i's document starts (packed rows only), read whole once: 8 bytes a document."""
+    with self._lock:  # the prefetch thread and the caller may both read
+      if i not in self._doc_starts:
+        path = shard_worker.instances_path(self.instances_dir, i, self.split, 'doc_starts')
+        self._doc_starts[i] = shard_worker.load(path)
+      return self._doc_starts[i]
+
+  def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict | None,
+                                           np.ndarray | None]:
+    """(instances rebased onto a compact token array, that array, static masks or None, and
+    for packed rows their `packed_rows.piece_starts`, else None) for global instance indices
+    `idx`, in their order: only these rows and tokens are read."""
     idx = np.asarray(idx, np.int64)
     shard_of = np.searchsorted(self.offsets, idx, side='right') - 1
     local = idx - self.offsets[shard_of]
     inst = np.zeros((len(idx), 5), np.int64)
     static = {k: None for k in _STATIC} if self.static else None
+    breaks = np.zeros((len(idx), self.packed_length), bool) if self.packed_length else None
     pieces, offset = [], 0
     for s in np.unique(shard_of):
       rows = np.flatnonzero(shard_of == s)
       files = self._shard(int(s))
       part = files['instances'].take(local[rows]).astype(np.int64)
+      if breaks is not None:  # from absolute offsets, before the rebase below
+        breaks[rows] = packed_rows.piece_starts(part, self._shard_doc_starts(int(s)),
+                                                self.packed_length)
       for start, length in ((A_START, A_LEN), (B_START, B_LEN)):
         runs = files['tokens'].ranges(part[:, start], part[:, length])
         pieces.extend(runs)
@@ -125,4 +143,4 @@ class PreparedSplit:
             static[k] = np.zeros((len(idx), *values.shape[1:]), values.dtype)
           static[k][rows] = values
     tokens = np.concatenate(pieces).astype(np.int32) if pieces else np.zeros(0, np.int32)
-    return inst, tokens, static
+    return inst, tokens, static, breaks

@@ -23,7 +23,7 @@ from etils import epath
 from encoder import configs, storage
 from encoder.data.loader import BatchIterator, restore_step
 from encoder.data.permutation import PermutationSampler
-from encoder.data.pretrain import masking, nsp_schedule, preparation
+from encoder.data.pretrain import masking, nsp_schedule, packed_rows, preparation
 from encoder.data.pretrain.instances import materialize
 from encoder.data.pretrain.prepared_reader import PreparedSplit
 from encoder.data.tokenizer import Tokenizer, load_tokenizer
@@ -40,6 +40,7 @@ class PretrainingData:
     d = config.data
     self.tokenizer, self.stats = tokenizer, stats
     self.max_seq_length = int(d.max_seq_length)
+    self.packing = preparation.packing_layout(d)
     self.mask_config = masking.mask_config(config, tokenizer)
     self.seed, self.global_batch = int(config.train.seed), int(config.train.batch_size)
     self.process_index, self.process_count = process_index, process_count
@@ -81,8 +82,12 @@ class PretrainingData:
 
   def _assemble(self, split: PreparedSplit, idx: np.ndarray, rng) -> dict[str, np.ndarray]:
     tok = self.tokenizer
-    rows, tokens, static = split.take(idx)
-    batch = materialize(rows, tokens, self.max_seq_length, tok.cls_id, tok.sep_id, tok.pad_id)
+    rows, tokens, static, breaks = split.take(idx)
+    if breaks is None:
+      batch = materialize(rows, tokens, self.max_seq_length, tok.cls_id, tok.sep_id, tok.pad_id)
+    else:
+      batch = packed_rows.materialize_packed(rows, tokens, breaks, self.max_seq_length,
+                                             self.packing, tok.cls_id, tok.sep_id, tok.pad_id)
     eligible = batch.pop('eligible')
     if static is None:
       batch.update(masking.apply(batch['input_ids'], eligible, rng, self.mask_config))
@@ -117,8 +122,10 @@ def _open(config, workdir: str, process_index: int, process_count: int) -> Pretr
   tokenizer = _run_tokenizer(s['dir'], workdir)
   stats = {'vocab_size': tokenizer.vocab_size, **manifest['totals']}
   stats.pop('bytes', None)
+  packed_length = int(d.max_seq_length) if preparation.packing_layout(d) != 'none' else 0
   splits = {split: PreparedSplit(s['dir'], s['instances_dir'], manifest[f'{split}_instances'],
-                                 split, static=(split == 'eval' or not d.dynamic_masking))
+                                 split, static=(split == 'eval' or not d.dynamic_masking),
+                                 packed_length=packed_length)
             for split in ('train', 'eval')}
   logging.info('Pretraining data (sequence length %d): %s', int(d.max_seq_length), stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,

@@ -9,6 +9,7 @@ Files, under the job's `dir` (tokens) and `instances_dir`:
   tokens/NNNNN.SPLIT.{tokens,sent_bounds,doc_bounds}.npy   flat tokens (uint16 or int32)
   tokens/NNNNN.json                                        counts; written last = shard done
   NNNNN.SPLIT.instances.npy                                int32 [N, 5]
+  NNNNN.SPLIT.doc_starts.npy                               packed rows: document starts
   NNNNN.SPLIT.static_{masked_positions,masked_ids,shown,weights}.npy   fixed masks, if any
   NNNNN.json                                               counts; written last = shard done
 A crash leaves a shard without its .json, and the next run redoes just that shard.
@@ -25,7 +26,7 @@ from etils import epath
 from ml_collections import config_dict
 
 from encoder.data.corpus import sources
-from encoder.data.pretrain import instances, masking
+from encoder.data.pretrain import instances, masking, packed_rows
 from encoder.data.tokenizer import SentencePieceTokenizer, Tokenizer, load_tokenizer
 
 EVAL_SEED = 20190524  # the same held-out split and eval masks for every train.seed
@@ -121,22 +122,42 @@ def _instances(job: dict) -> dict:
     corpus = instances.TokenizedCorpus(**arrays)
     train = split == 'train'
     seed = shard_seed(s['seed'] if train else EVAL_SEED, job['index'])
+    passes = s['dupe_factor'] if train else 1
+    packing = s.get('packing', 'none')  # absent from preparations made before packing
     inst = np.zeros((0, 5), np.int64)
-    if corpus.num_documents:
+    if corpus.num_documents and packing == 'none':
       inst = instances.create_instances(corpus, s['max_seq_length'], s['short_seq_prob'],
-                                          s['nsp'], s['dupe_factor'] if train else 1, seed,
-                                          progress=False)
+                                          s['nsp'], passes, seed, progress=False)
+    elif corpus.num_documents:
+      inst = packed_rows.create_rows(corpus, s['max_seq_length'], packing, passes, seed)
+      save(instances_path(job['instances_dir'], job['index'], split, 'doc_starts'),
+           packed_rows.doc_starts(corpus))
     save(instances_path(job['instances_dir'], job['index'], split, 'instances'),
          inst.astype(np.int32))
     if s['static_masks'] or not train:
       config = config_dict.ConfigDict({'data': job['mask' if train else 'eval_mask']})
-      masks = masking.static_masks(corpus.tokens, inst, config, worker_tokenizer(job['dir']),
-                                   seed)
+      tok = worker_tokenizer(job['dir'])
+      masks = masking.static_masks(
+          inst, config, tok, seed,
+          row_builder(corpus.tokens, corpus, s['max_seq_length'], packing, tok))
       for name, value in masks.items():
         save(instances_path(job['instances_dir'], job['index'], split, f'static_{name}'), value)
     counts[f'{split}_instances'] = int(len(inst))
   marker.write_text(json.dumps(counts))
   return counts
+
+
+def row_builder(tokens: np.ndarray, corpus: instances.TokenizedCorpus, max_seq_length: int,
+                packing: str, tok: Tokenizer):
+  """instances -> their padded rows (the fields `materialize` gives), for the shard's static
+  masks: BERT's pairs, or packed rows with their document boundaries."""
+  if packing == 'none':
+    return lambda inst: instances.materialize(inst, tokens, max_seq_length, tok.cls_id,
+                                              tok.sep_id, tok.pad_id)
+  starts = packed_rows.doc_starts(corpus)
+  return lambda inst: packed_rows.materialize_packed(
+      inst, tokens, packed_rows.piece_starts(inst, starts, max_seq_length), max_seq_length,
+      packing, tok.cls_id, tok.sep_id, tok.pad_id)
 
 
 def save(path: epath.Path, array: np.ndarray) -> None:

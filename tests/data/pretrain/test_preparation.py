@@ -57,11 +57,16 @@ def test_small_files_share_shards_and_gz_is_read_whole(tmp_path):
       sources.load_documents(f'text:{tmp_path}/f*')
 
 
-def test_same_bits_for_one_and_two_workers(corpus_dir, tmp_path):
+PACKINGS = {'pairs': {}, 'packed': {'nsp': False, 'packing': 'documents'}}
+
+
+@pytest.mark.parametrize('packing', sorted(PACKINGS))
+def test_same_bits_for_one_and_two_workers(corpus_dir, tmp_path, packing):
   """The trained tokenizer, tokens and instances (static masks too) do not see the pool."""
   digests = []
   for workers in (1, 2):
-    config = _config(corpus_dir, tmp_path, f'w{workers}', dynamic_masking=False)
+    config = _config(corpus_dir, tmp_path, f'w{workers}', dynamic_masking=False,
+                     **PACKINGS[packing])
     config.data.tokenizer, config.data.vocab_size = '', 120
     summary = preparation.prepare(config, str(tmp_path / f'run{workers}'), workers=workers)
     assert summary['shards'] >= 3 and summary['workers'] == workers and not summary['reused']
