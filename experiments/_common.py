@@ -45,6 +45,9 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   d.tfds_data_dir = ''  # '' is TFDS's default (~/tensorflow_datasets)
   d.cache_dir = ''  # '' caches tokenized data in WORKDIR/cache
   d.prefetch = 4  # batches prepared ahead in a background thread
+  # Several examples (fine-tuning) or documents (pretraining) per row: both paths read it, and
+  # each lists its values where it sets it (_finetune: none | examples; mlm_nsp_base).
+  d.packing = 'none'
 
   c.train = t = config_dict.ConfigDict()
   t.seed = 0

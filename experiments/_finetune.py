@@ -42,6 +42,14 @@ def finetune_config(name: str, task: str) -> config_dict.ConfigDict:
   # one compile per length used.
   d.length_buckets = 'auto'
   d.bucket_window = 50  # train batches grouped by length: this many global batches at a time
+  # data.packing=examples (in _common): several examples per max_seq_length row, each
+  # attending only to itself (classification and tagging; SQuAD refuses it). Every step is
+  # then pack_rows rows, so the examples per step vary around train.batch_size (logged at the
+  # start) and length_buckets is ignored.
+  # Rows per packed step; 0 (auto): as many as hold train.batch_size examples on average,
+  # rounded up to a multiple of devices x train.grad_accum_steps (so it depends on the device
+  # count: set it to compare or resume runs across device counts).
+  d.pack_rows = 0
   t = c.train
   t.num_steps = 0  # > 0 overrides num_epochs
   t.num_epochs = 3.0

@@ -34,11 +34,10 @@ def base_config() -> config_dict.ConfigDict:
   d.corpus = 'python_docs'  # python_docs (embedded) | text:GLOB | tfds:NAME[/CONFIG][:SPLIT]
   d.short_seq_prob = 0.1
   d.nsp = True  # False: MLM-only instances (contiguous full-length segments, RoBERTa style)
-  # none: BERT's rows (sentence pairs, or with nsp=False one document's sentences), padded when
-  # short. documents (needs nsp=False): rows filled with consecutive documents, each piece
-  # [CLS] ... [SEP] attending only to itself; full_sentences: RoBERTa's, one [CLS], attention
-  # across documents. data/pretrain/packed_rows.py says why and how.
-  d.packing = 'none'
+  # data.packing (in _common): none keeps BERT's rows (sentence pairs, or with nsp=False one
+  # document's sentences), padded when short; documents (needs nsp=False) fills rows with
+  # consecutive documents, each piece [CLS] ... [SEP] attending only to itself; full_sentences
+  # is RoBERTa's, one [CLS], attention across documents.
   d.mask_rate = 0.15
   d.eval_mask_rate = 0.15  # held-out masks; fixed so runs at other training rates compare
   d.max_predictions_per_seq = config_dict.placeholder(int)  # default round(seq * mask_rate)

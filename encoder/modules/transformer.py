@@ -67,7 +67,8 @@ class EncoderBlock(nn.Module):
 @flax.struct.dataclass
 class EncoderOutput:
   sequence_output: jax.Array  # [b, s, m]
-  pooled_output: jax.Array  # [b, m]: dense + tanh of the [CLS] position
+  pooled_output: jax.Array  # [b, m]: dense + tanh of the [CLS] position ([b, e, m]: of each
+  #                           of `pool_positions`' e positions, a packed row's [CLS] tokens)
   attention_probs: tuple[jax.Array, ...] | None = None  # per layer [b, h, q, k]
 
 
@@ -86,12 +87,15 @@ class Encoder(nn.Module):
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
                input_mask: jax.Array | None = None, *,
                input_segmentation: jax.Array | None = None,
-               input_positions: jax.Array | None = None, deterministic: bool = True,
+               input_positions: jax.Array | None = None,
+               pool_positions: jax.Array | None = None, deterministic: bool = True,
                return_probs: bool = False) -> EncoderOutput:
     """`segment_ids` are BERT's sentence A/B ids. A packed row, several examples in one, also
     gives `input_segmentation` (each token's example id, 1, 2, ...; 0 = padding), whose
     examples attend only within themselves, and `input_positions` (positions restarting at
-    each example's first token); without them a row is one example, positions 0, 1, ..."""
+    each example's first token); without them a row is one example, positions 0, 1, ...
+    `pool_positions` [b, e] pools each row at those e positions (every packed example's
+    [CLS]) instead of position 0 alone."""
     cfg = self.config
     if input_ids.shape[-1] > cfg.max_position_embeddings:
       raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
@@ -111,7 +115,11 @@ class Encoder(nn.Module):
       all_probs.append(probs)
     if cfg.norm == 'pre':
       x = self.final_norm(x)
-    pooled = jnp.tanh(self.pooler(x[:, 0]))
+    if pool_positions is None:
+      first = x[:, 0]
+    else:
+      first = jnp.take_along_axis(x, pool_positions[..., None].astype(jnp.int32), axis=1)
+    pooled = jnp.tanh(self.pooler(first))
     return EncoderOutput(sequence_output=x, pooled_output=pooled,
                          attention_probs=tuple(all_probs) if return_probs else None)
 

@@ -4,6 +4,8 @@
 `data.num_labels` classes; `data.num_labels=1` is regression (mean squared error, STS-B).
 Eval metrics come from whole predictions (`predict` + `evaluate`), since F1, MCC and the
 correlations are no sums: `accuracy` (+ `f1` for two classes, `mcc`); `pearson`, `spearman`.
+Packed batches (`data.packing=examples`) hold several examples per row: the model pools each
+one's [CLS] (`cls_positions`), so logits, labels and weights are [rows, slots] there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
+from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_examples
 from encoder.errors import DataError
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
@@ -36,7 +38,8 @@ class BertForClassification(nn.Module):
     self.classifier = ClassificationHead(self.config, self.num_labels)
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
+    out = self.encoder(**encoder_inputs(batch), pool_positions=batch.get('cls_positions'),
+                       deterministic=deterministic)
     return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
 
 
@@ -64,12 +67,13 @@ def loss_denominators(batch: dict) -> dict:
 
 def loss_and_metrics(outputs: dict, batch: dict,
                      denominators: dict | None = None) -> tuple[jax.Array, dict]:
-  """Mean cross-entropy (or squared error when there is one output) over weighted examples."""
+  """Mean cross-entropy (or squared error when there is one output) over weighted examples
+  (any leading shape: [batch], or a packed batch's [rows, slots])."""
   if denominators is None:
     denominators = loss_denominators(batch)
   logits, weight = outputs['logits'], batch['weight'].astype(jnp.float32)
   if logits.shape[-1] == 1:
-    per_example = jnp.square(logits[:, 0] - batch['label'].astype(jnp.float32))
+    per_example = jnp.square(logits[..., 0] - batch['label'].astype(jnp.float32))
     correct = jnp.zeros_like(weight)
   else:
     per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
@@ -148,6 +152,7 @@ def _is_float(v) -> bool:
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   """Reads, labels, tokenizes and encodes the train and eval sets (see FinetuningData)."""
   d = config.data
+  packing.packing_mode(config)  # a bad value fails before anything is written
   local, train_source, eval_sources = common.eval_sources(config)
   cols = file_readers.split_list(d.text_columns)
   train, source_names = _read(config, train_source, local, cols)

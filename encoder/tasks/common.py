@@ -16,6 +16,15 @@ def encoder_inputs(batch: dict) -> dict:
   return inputs
 
 
+def batch_examples(batch: dict) -> int:
+  """The examples in a host batch: its rows, or a packed batch's examples (the distinct
+  `input_segmentation` ids of each row, numbered 1, 2, ...)."""
+  segmentation = batch.get('input_segmentation')
+  if segmentation is None:
+    return int(batch['input_ids'].shape[0])
+  return int(segmentation.max(axis=-1).sum())
+
+
 def vocab_fields(config, tokenizer) -> dict:
   """model.vocab_size from the tokenizer, refusing a smaller explicit one."""
   vocab, given = tokenizer.vocab_size, config.model.vocab_size

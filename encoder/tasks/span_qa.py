@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from encoder.data import cache
-from encoder.data.finetune import finetuning_data, squad_examples, squad_features
+from encoder.data.finetune import finetuning_data, packing, squad_examples, squad_features
 from encoder.errors import ConfigError, DataError
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import SpanHead
@@ -155,6 +155,10 @@ def _read(config, source: str, local: bool) -> list:
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   """Windows of the train questions (with labels) and of every eval set (with their examples)."""
   d = config.data
+  if packing.packing_mode(config) == 'examples':  # before anything is written
+    raise ConfigError('data.packing=examples packs classification and tagging examples; SQuAD '
+                      'windows stay one per row (use data.length_buckets): set '
+                      'data.packing=none')
   if d.answer_start_mismatch not in squad_examples.MISMATCH_POLICIES:
     raise ConfigError(f"data.answer_start_mismatch='{d.answer_start_mismatch}' is not one of "
                       f"{', '.join(squad_examples.MISMATCH_POLICIES)}")

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
+from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_examples
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
@@ -133,7 +133,10 @@ def _read(config, source: str, local: bool, train: bool = False) -> list:
 
 
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
+  """Reads, tags and encodes the sentences; packed rows (`data.packing=examples`) need nothing
+  of their own here, as labels and weights are per token."""
   d = config.data
+  packing.packing_mode(config)  # a bad value fails before anything is written
   local, train_source, eval_sources = common.eval_sources(config)
   train = _read(config, train_source, local, train=True)
   names = tag_names(train, common.given_names(config))

@@ -136,12 +136,16 @@ class Progress:
                     disable=not enabled, file=sys.stderr, mininterval=1.0, smoothing=0.1)
     self._last_step, self._last_time = start, time.perf_counter()
 
-  def rates(self, step: int) -> tuple[float, float]:
-    """Steps/s and examples/s since the previous call."""
+  def rates(self, step: int, examples: int | None = None) -> tuple[float, float]:
+    """Steps/s and examples/s since the previous call; `examples` trained since then, when
+    given (packed steps hold a varying number), else batch_size per step."""
     now = time.perf_counter()
-    steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
+    elapsed = max(now - self._last_time, 1e-9)
+    steps_per_sec = (step - self._last_step) / elapsed
     self._last_step, self._last_time = step, now
-    return steps_per_sec, steps_per_sec * self.batch_size
+    if examples is None:
+      return steps_per_sec, steps_per_sec * self.batch_size
+    return steps_per_sec, examples / elapsed
 
   def update(self, step: int, **postfix) -> None:
     self.bar.update(step - self.bar.n)

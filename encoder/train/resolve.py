@@ -6,7 +6,8 @@ An experiment leaves some fields for the run to fill:
   the task   what only the data knows: the vocabulary size, the label names and their count
              (`task.resolved_fields`);
   lengths    `train.num_steps <= 0` means `train.num_epochs` passes over the training
-             examples; `train.warmup_steps = None` means `train.warmup_fraction` of the run;
+             examples (packed data: over its `steps_per_epoch`, as the examples per step
+             vary); `train.warmup_steps = None` means `train.warmup_fraction` of the run;
   model      every field the size preset fills, written out in numbers (what `encoder.load`
              rebuilds the model from).
 `resolve` returns a new config with all of them. Nothing changes a config after it: the
@@ -49,17 +50,22 @@ def init_from_fields(config) -> dict[str, Any]:
   return fields
 
 
-def length_fields(train, num_examples: int | None) -> dict[str, int]:
-  """num_steps from num_epochs (a positive num_steps wins), warmup from its fraction."""
+def length_fields(train, num_examples: int | None,
+                  steps_per_epoch: int | None = None) -> dict[str, int]:
+  """num_steps from num_epochs (a positive num_steps wins) over the data's steps per epoch
+  (given: packed batches), else over examples / batch size; warmup from its fraction."""
   fields = {}
   num_steps = train.num_steps
   if num_steps <= 0:
     epochs = train.get('num_epochs') or 0
-    if epochs <= 0 or not num_examples:
+    if epochs <= 0 or not (num_examples or steps_per_epoch):
       raise ConfigError('train.num_steps must be positive (or set train.num_epochs for a task '
                         'whose data has a known size)')
-    num_steps = fields['train.num_steps'] = max(1, math.ceil(
-        epochs * num_examples / train.batch_size))
+    if steps_per_epoch:
+      num_steps = math.ceil(epochs * steps_per_epoch)
+    else:
+      num_steps = math.ceil(epochs * num_examples / train.batch_size)
+    num_steps = fields['train.num_steps'] = max(1, num_steps)
   if train.get('warmup_steps') is None:
     fields['train.warmup_steps'] = round(float(train.get('warmup_fraction') or 0.0) * num_steps)
   return fields
@@ -70,5 +76,6 @@ def resolve(config, task, data) -> config_dict.ConfigDict:
   init_from_fields(config))`); `config` is the experiment with the user's overrides."""
   config = with_fields(config, init_from_fields(config))
   config = with_fields(config, task.resolved_fields(config, data))
-  config = with_fields(config, length_fields(config.train, data.num_train_examples))
+  config = with_fields(config, length_fields(config.train, data.num_train_examples,
+                                             getattr(data, 'steps_per_epoch', None)))
   return with_fields(config, {f'model.{k}': v for k, v in resolved_fields(config.model).items()})

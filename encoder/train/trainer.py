@@ -11,9 +11,12 @@ import logging
 import os
 import signal
 
+import jax
+
 from encoder import configs, storage
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
+from encoder.tasks.common import batch_examples
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import distributed, faults, workdir_lock
 from encoder.train import resolve as resolve_lib
@@ -139,6 +142,7 @@ def _train(config, workdir: str) -> dict:
   # This host's real and computed tokens in the log window: the packing efficiency (padding
   # is computed and wasted), read off the host batches, so nothing waits for a device.
   real_tokens, computed_tokens = 0, 0
+  examples = 0  # this host's examples in the window: a packed step's count varies
   lengths = set()  # sequence lengths seen: one compile of the step each (length buckets)
   step = start
   with _StopRequest() as stop:
@@ -151,6 +155,7 @@ def _train(config, workdir: str) -> dict:
                        f'{length} ({len(lengths)} so far)')
       real_tokens += int(batch['input_mask'].sum())
       computed_tokens += batch['input_mask'].size
+      examples += batch_examples(batch)
       rstate, sums = train_step(rstate, strategy.place_batch(batch))
       step += 1
       monitor.add(step, sums)
@@ -172,14 +177,15 @@ def _train(config, workdir: str) -> dict:
         metrics = _reduce_window(task, window, strategy.sum_metrics, skipped)
         if skip_nonfinite:
           metrics['skipped_steps'] = skipped
-        steps_per_sec, examples_per_sec = progress.rates(step)
+        # Examples: this host's count times the hosts (hosts hold equal shares of rows).
+        steps_per_sec, examples_per_sec = progress.rates(step, examples * jax.process_count())
         metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
                        examples_per_sec=examples_per_sec,
                        real_token_fraction=real_tokens / max(computed_tokens, 1))
         writer.write(step, 'train', metrics)
         progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
                         examples_per_sec=examples_per_sec)
-        window, skipped, real_tokens, computed_tokens = [], 0, 0, 0
+        window, skipped, real_tokens, computed_tokens, examples = [], 0, 0, 0, 0
       if evaluated:
         eval_metrics = evaluate(rstate, step)
         writer.write(step, 'eval', eval_metrics)

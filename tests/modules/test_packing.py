@@ -109,3 +109,17 @@ def test_the_packed_mask_is_block_diagonal_and_padding_sees_only_padding():
   causal = np.asarray(attention_mask(np.ones_like(seg), 'causal', seg))[0, 0]
   np.testing.assert_array_equal(causal, expected & np.tri(6, dtype=bool))
   assert causal.any(axis=1).all()  # no query is left without a key
+
+
+def test_pool_positions_pool_each_packed_example_as_it_pools_alone():
+  """A packed row pooled at its examples' [CLS] positions gives each one's pooled output, as
+  packed classification reads it; without `pool_positions` the pooler reads position 0."""
+  model, variables = _model('explicit', 'bidirectional', 'post')
+  examples = _examples()
+  starts = np.cumsum([0, *LENGTHS[:-1]]).astype(np.int32)[None]
+  pooled = model.apply(variables, **_packed(examples), pool_positions=starts).pooled_output
+  assert pooled.shape == (1, len(examples), 32)
+  for k, (ids, segments) in enumerate(examples):
+    np.testing.assert_allclose(pooled[0, k],
+                               model.apply(variables, **_alone(ids, segments)).pooled_output[0],
+                               rtol=1e-5, atol=1e-5)

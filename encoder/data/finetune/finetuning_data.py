@@ -7,14 +7,20 @@ sharding and exact resumption work the same. With `data.length_buckets` (see `bu
 batch is cut to the shortest bucket that holds its longest example, train batches are grouped by
 length, and eval examples are batched in length order.
 
+With `data.packing=examples` (see `packing`) several examples share each row instead: every
+step is `packing.rows_per_step` rows of max_seq_length tokens, and `steps_per_epoch` tells the
+run's length (None unpacked: there it is examples / batch size).
+
 Eval batches cover every eval example exactly once; the last batch is filled with copies of one
-row whose weights are zero, so they count in no metric. `collate_predictions` puts the
-per-batch predictions back into eval-set order at full length, whatever the batching was.
+row (packed: empty rows) whose weights are zero, so they count in no metric.
+`collate_predictions` puts the per-batch predictions back into eval-set order at full length,
+whatever the batching was.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from typing import Any
@@ -22,9 +28,11 @@ from typing import Any
 import numpy as np
 
 from encoder.data.finetune import length_buckets as buckets_lib
+from encoder.data.finetune import packing as packing_lib
 from encoder.data.loader import BatchIterator, Sampler, restore_step
 from encoder.data.tokenizer import Tokenizer, get_tokenizer
 
+log = logging.getLogger('encoder')
 Arrays = dict[str, np.ndarray]
 
 
@@ -38,7 +46,9 @@ class EvalSet:
 
 
 class FinetuningData:
-  """`.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`, `.eval_sets`."""
+  """`.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`, `.eval_sets`, and
+  `.steps_per_epoch`: packed, epoch 0's steps (each epoch packs its own order, so later ones may
+  take a step more or less); None unpacked."""
 
   def __init__(self, config, tokenizer: Tokenizer, train: Arrays, eval_sets: list[EvalSet],
                weight_keys: tuple[str, ...], process_index: int = 0, process_count: int = 1,
@@ -56,7 +66,19 @@ class FinetuningData:
     self.max_seq_length = train['input_ids'].shape[1]
     self.buckets = buckets_lib.parse_buckets(d.get('length_buckets', 'none'),
                                              self.max_seq_length)
-    if self.buckets is None:
+    self._packed, self.steps_per_epoch = None, None
+    self._eval_packed = None  # the packed eval plan `collate_predictions` reads back
+    if packing_lib.packing_mode(config) == 'examples':
+      if self.buckets is not None:  # rows are max_seq_length long: there is nothing to cut
+        log.info("data.length_buckets='%s' is ignored with data.packing=examples",
+                 d.length_buckets)
+        self.buckets = None
+      self._packed = packing_lib.PackedSampler(
+          train, packing_lib.rows_per_step(config, train['input_mask'].sum(1),
+                                           self.max_seq_length), self.seed, self.global_batch)
+      self.steps_per_epoch = self._packed.plan(0).num_steps
+      log.info('%s', self._packed.describe(self.global_batch))
+    elif self.buckets is None:
       self._sampler = Sampler(self.num_train_examples, self.global_batch, self.seed)
     else:
       self._sampler = buckets_lib.LengthGroupedSampler(
@@ -71,6 +93,8 @@ class FinetuningData:
     return BatchIterator(self.train_batch, restore_step(state), self.prefetch)
 
   def train_batch(self, step: int) -> Arrays:
+    if self._packed is not None:
+      return self._packed.batch(step, self.process_index, self.process_count)
     if self.buckets is None:
       idx = self._sampler.indices(step, self.process_index, self.process_count)
       return {k: v[idx] for k, v in self._train.items()}
@@ -83,6 +107,9 @@ class FinetuningData:
     With buckets the examples go in length order, each batch cut to its bucket."""
     merged = {k: np.concatenate([s.arrays[k] for s in self.eval_sets])
               for k in self.eval_sets[0].arrays}
+    if self._packed is not None:  # num_batches counts packed steps
+      self._eval_packed = packing_lib.PackedEval(merged, self._packed.rows, num_batches)
+      return self._eval_packed.batches(self.process_index, self.process_count)
     n = len(next(iter(merged.values())))
     if num_batches > 0:
       n = min(n, num_batches * self.global_batch)
@@ -112,6 +139,8 @@ class FinetuningData:
   def collate_predictions(self, per_batch: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Gathered predictions of `eval_batches` (one dict per global batch) -> one array per
     field in eval-set order, per-token fields padded back to max_seq_length."""
+    if self._packed is not None:
+      return self._eval_packed.collate(per_batch, self._token_predictions)
     fields = {}
     for k in per_batch[0]:
       parts = [batch[k] for batch in per_batch]
