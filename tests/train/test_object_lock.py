@@ -23,8 +23,16 @@ BUCKETS = {'gs': f'gs://{emulators.GCS_BUCKET}', 's3': f's3://{emulators.S3_BUCK
 
 
 def lock_of(workdir):
+  """The lock object's record. s3fs reads a file as HEAD then GETs that must match its ETag, so
+  a read that meets the holder's renewal in between fails (PreconditionFailed): read again."""
   path = f'{workdir}/{object_lock.LOCK_FILE}'
-  return json.loads(storage.read_text(path)) if storage.exists(path) else None
+  for attempt in range(5):
+    try:
+      return json.loads(storage.read_text(path)) if storage.exists(path) else None
+    except OSError:
+      if attempt == 4:
+        raise
+      time.sleep(0.05)
 
 
 @pytest.mark.parametrize('kind', ['gs', 's3'])
