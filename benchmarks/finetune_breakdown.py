@@ -45,9 +45,12 @@ def _times_ms(fn, repeats: int, sync=lambda x: x) -> list[float]:
 
 class Ours:
   """The classify_sst2 run from the converted weights as the trainer sets it up
-  (`setup_train_loop`): its model, loss, optimizer and train step."""
+  (`setup_train_loop`): its model, loss, optimizer and train step. `dropout` is the rate of
+  both dropouts in the train step (the recipe's is 0.1; the forward and backward timed here
+  are deterministic whatever it is); `overrides` go last (benchmarks.step_profile's)."""
 
-  def __init__(self, converted: str, workdir: str, batch: int):
+  def __init__(self, converted: str, workdir: str, batch: int, dropout: float = 0.0,
+               overrides: tuple[str, ...] = ()):
     import jax
     import optax
 
@@ -57,8 +60,8 @@ class Ours:
       f.write('text\tlabel\n' + ''.join(f'a sentence {i}\t{i % 2}\n' for i in range(64)))
     run = setup_train_loop(run_config('classify_sst2', [
         f'init_from={converted}', f'data.train={tsv}', f'data.eval={tsv}',
-        'model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
-        f'train.batch_size={batch}', 'data.length_buckets=none']), workdir)
+        f'model.dropout_rate={dropout}', f'model.attention_dropout_rate={dropout}',
+        f'train.batch_size={batch}', 'data.length_buckets=none', *overrides]), workdir)
     task = run.task
     self.jax, self.task, self.batch_size = jax, task, batch
     self.model, self.tx, self.dummy = run.model, run.tx, run.dummy
@@ -108,15 +111,17 @@ class Ours:
 
 
 class Theirs:
-  """transformers' BertForSequenceClassification from the same files, AdamW, clipping."""
+  """transformers' BertForSequenceClassification from the same files, AdamW, clipping;
+  `dropout` as in `Ours`, on `threads` intra-op threads (default: every CPU)."""
 
-  def __init__(self, model_dir: str):
+  def __init__(self, model_dir: str, dropout: float = 0.0, threads: int | None = None):
     import torch
     import transformers
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(threads or os.cpu_count())
     self.torch = torch
     self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        model_dir, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model_dir, num_labels=2, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout)
     self.model.train()
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=2e-5, weight_decay=0.01)
 

