@@ -94,13 +94,13 @@ VARIANTS = {
                      ('no_psum',)),
     'split_qkv': ('dropout 0.1, Q/K/V split with jnp.split (patched)', 0.1, None, (),
                   ('split_qkv',)),
-    'fix': ('dropout 0.1, mesh + jnp.split', 0.1, None, ('parallel.strategy=mesh',),
-            ('split_qkv',)),
-    'fix_no_dropout': ('dropout 0, mesh + jnp.split', 0.0, None, ('parallel.strategy=mesh',),
-                       ('split_qkv',)),
+    'mesh_split': ('dropout 0.1, mesh + jnp.split', 0.1, None, ('parallel.strategy=mesh',),
+                   ('split_qkv',)),
+    'mesh_split_no_dropout': ('dropout 0, mesh + jnp.split', 0.0, None,
+                              ('parallel.strategy=mesh',), ('split_qkv',)),
 }
-DEFAULT_VARIANTS = ('recipe,rbg,unsafe_rbg,split_qkv,mesh,fix,no_dropout,xla_attention,'
-                    'fix_no_dropout')
+DEFAULT_VARIANTS = ('recipe,rbg,unsafe_rbg,split_qkv,mesh,mesh_split,no_dropout,xla_attention,'
+                    'mesh_split_no_dropout')
 
 
 # ------------------------------------------------------------------------------- patches
@@ -186,10 +186,13 @@ class HloIndex:
 
   def __init__(self, text: str):
     self.info, computations, current = {}, collections.defaultdict(list), None
+    self.entry = None
     for line in text.splitlines():
       head = re.match(r'^(?:ENTRY )?%([^\s(]+) .*\{$', line)
       if head:
         current = head.group(1)
+        if line.startswith('ENTRY'):
+          self.entry = current
         continue
       m = self._INSTR.match(line)
       if not m:
@@ -202,6 +205,8 @@ class HloIndex:
                          'operands': rest.split(')')[0]}
       computations[current].append(name)
     self.computations = computations
+    self.arguments = {n for n in computations.get(self.entry, ())
+                      if self.info[n]['opcode'] == 'parameter'}  # the step's inputs
 
   def fused(self, name: str) -> tuple[set, list]:
     """Opcodes and op_names inside a fusion (empty sets for a plain instruction)."""
@@ -247,8 +252,8 @@ def our_category(name: str, hlo: HloIndex, batch: int) -> str:
       'rng-bit-generator' in opcodes or opcode == 'while':
     return 'dropout: random bits'
   if phase == 'update':
-    if opcode == 'copy' and 'parameter' not in opcodes and 'flat_args' in info['operands']:
-      return 'state copies (donation)'
+    if opcode == 'copy' and info['operands'].lstrip('%') in hlo.arguments:
+      return 'state copies (donation)'  # a copy of an input: the donated state
     return 'optimizer (clip, AdamW)'
   if 'ropout' in op_name:
     return 'dropout: apply'

