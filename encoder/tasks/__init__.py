@@ -40,7 +40,9 @@ class Task(Protocol):
 
   def datasets(self, config, workdir: str, process_index: int = 0, process_count: int = 1):
     """The data: `.tokenizer`, `.train_iterator(state)`, `.eval_batches(n)`, `.stats`,
-    `.num_train_examples` (None when unknown); with `predict`, also
+    `.num_train_examples` (None when unknown), optionally `.steps_per_epoch` (packed data,
+    whose steps hold a varying number of examples: what `train.num_epochs` counts); with
+    `predict`, also
     `.collate_predictions(per_batch)`: the gathered outputs of each eval batch (batches may be
     of different lengths) -> one array per field in eval-set order."""
 

@@ -79,10 +79,8 @@ def _pack(starts: np.ndarray, length: int, layout: str, first_budget: int) -> li
         break
       take = min(room, doc_end - pos)
       used, pos = used + take + per_piece, pos + take
-      if pos == doc_end:
+      if pos == doc_end:  # (tokenize_documents leaves no empty document to skip)
         doc += 1
-        while doc + 1 < len(starts) and starts[doc + 1] == starts[doc]:
-          doc += 1  # (no empty documents after tokenization; kept safe)
     rows.append((row_start, pos - row_start))
     budget = length
   return rows
@@ -94,10 +92,11 @@ def piece_starts(rows: np.ndarray, starts: np.ndarray, max_seq_length: int) -> n
   Computed from absolute token offsets, before the reader rebases rows onto a compact array."""
   out = np.zeros((len(rows), max_seq_length), bool)
   a, n = rows[:, A_START], rows[:, A_LEN]
-  lo = np.searchsorted(starts, a, side='right')
-  hi = np.searchsorted(starts, a + n, side='left')
-  for r in np.flatnonzero(hi > lo):
-    out[r, starts[lo[r]:hi[r]] - a[r]] = True
+  lo = np.searchsorted(starts, a, side='right')  # the first start after each row's first token
+  count = np.searchsorted(starts, a + n, side='left') - lo  # starts inside each row
+  row = np.repeat(np.arange(len(rows)), count)
+  k = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count) + lo[row]
+  out[row, starts[k] - a[row]] = True
   return out
 
 
@@ -114,10 +113,9 @@ def materialize_packed(rows: np.ndarray, tokens: np.ndarray, breaks: np.ndarray,
   new_piece = breaks | (content == 0)
   piece = np.cumsum(new_piece & real, axis=1)  # 1-based piece of each content offset
   per_row, per_piece = _overhead(layout)
-  # Output position of content offset j: j + specials before it (row's + pieces' openers), and
-  # the closing [SEP]s of the earlier pieces.
-  opened = piece if layout == 'documents' else piece - 1  # [CLS]s (documents) or [SEP]s before
-  out_pos = content + per_row + (2 * piece - 1 if layout == 'documents' else opened)
+  # Output position of content offset j in piece p: j plus the specials before it: p [CLS]s and
+  # p - 1 closing [SEP]s (documents), or the row's [CLS] and p - 1 [SEP]s (full_sentences).
+  out_pos = content + per_row + (2 * piece - 1 if layout == 'documents' else piece - 1)
   ids = np.full((b, length), pad_id, np.int64)
   segmentation = np.zeros((b, length), np.int64)
   eligible = np.zeros((b, length), bool)
