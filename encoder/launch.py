@@ -5,6 +5,7 @@
   python launch.py --exp mlm_nsp_base --config.train.batch_size=128 --workdir runs/b128
   python launch.py --list | --exp NAME --print_config | --describe | --inspect_data N
   python launch.py --exp mlm_nsp_base --prepare_data
+  python launch.py --eval_suite glue --config.init_from=runs/bert --config.suite.data_dir=glue_data
 
 User errors print one line `error: ...` and exit with status 2.
 """
@@ -43,13 +44,16 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help='run the grid of these values (repeatable), or a named sweep')
   parser.add_argument('--dry_run', action='store_true', help='with --sweep: list the runs')
   parser.add_argument('--report', metavar='DIR', help='rebuild a sweep report from its runs')
+  parser.add_argument('--eval_suite', metavar='NAME',
+                      help='fine-tune --config.init_from on every task of suite NAME (glue, ner, '
+                      'squad, all, or one the --exp experiment names), several seeds, one table')
   args, rest = parser.parse_known_args(argv)
   overrides = []
   for item in rest:
     if not item.startswith('--config.'):
       parser.error(f"unrecognized argument '{item}'")
     overrides.append(item[len('--config.'):])
-  if not args.list and not args.exp and not args.report:
+  if not args.list and not args.exp and not args.report and not args.eval_suite:
     parser.error('--exp NAME is required (see --list)')
   return args, overrides
 
@@ -73,6 +77,11 @@ def run(argv: list[str]) -> int:
     if not records:
       raise ConfigError(f"no sweep runs under '{args.report}'")
     print(storage.read_text(os.path.join(args.report, 'sweep.md')), end='')
+    return 0
+  if args.eval_suite:
+    from encoder.suite import run_suite  # lazy
+    experiment = configs.experiment_module(args.exp) if args.exp else None
+    run_suite(args.eval_suite, overrides, args.workdir, experiment, dry_run=args.dry_run)
     return 0
   config = configs.load_experiment(args.exp)
   configs.apply_overrides(config, overrides)

@@ -124,9 +124,11 @@ def _read(config, source: str, local: bool, cols) -> tuple[list, list[str] | Non
   d = config.data
   if local:
     # Without data.text_columns, a GLUE experiment's local files are read by GLUE's names.
-    glue = tfds_examples.GLUE_TEXT.get(d.tfds.rpartition('/')[2], ()) if not cols else ()
+    glue_task = d.tfds.rpartition('/')[2] if not cols else ''
+    glue = tfds_examples.GLUE_TEXT.get(glue_task, ())
     return file_readers.read_classification(source, cols or list(glue), d.label_column, d.header,
-                                          d.format, defaulted=bool(glue)), None
+                                          d.format, defaulted=bool(glue),
+                                          glue_task=glue_task), None
   return tfds_examples.read_glue(d.tfds, source, d.tfds_data_dir, cols or None)
 
 

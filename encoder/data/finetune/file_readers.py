@@ -15,6 +15,7 @@ import os
 import re
 
 from encoder import storage
+from encoder.data.finetune import glue_layouts
 from encoder.errors import DataError
 
 log = logging.getLogger('encoder')
@@ -143,23 +144,40 @@ def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
 
 
 def read_classification(path: str, text_columns, label_column: str, header: bool = True,
-                        fmt: str = '', defaulted: bool = False) -> list[TextExample]:
+                        fmt: str = '', defaulted: bool = False,
+                        glue_task: str = '') -> list[TextExample]:
   """Examples of a TSV/CSV (columns by header name, or by 0-based index without a header) or a
   JSONL file (columns are keys). An empty `label_column` reads unlabelled texts.
 
   `defaulted`: the text columns are the task's usual names (GLUE's), not the user's; a file
   whose header lacks them but has exactly one column besides the label uses that one.
+  `glue_task` (with `defaulted`): a file in the layout of that task's file in the GLUE
+  download (glue_layouts: MRPC's `#1 String`, STS-B's `score`, CoLA's missing header ...) is
+  read in that layout.
   """
   columns = split_list(text_columns)
   if len(columns) not in (1, 2):
     raise DataError(f'data.text_columns must name one or two columns, got {columns}')
   fmt = file_format(path, fmt)
   rows = _rows(path, fmt)
+  if defaulted and fmt == 'tsv' and header:
+    layout = glue_layouts.headerless_layout(glue_task, rows[0][1])
+    if layout is not None:
+      log.info('%s: no header, the layout of GLUE\'s %s file: text column(s) %s, label '
+               'column %s (0-based)', path, glue_task, ', '.join(layout.text_columns),
+               layout.label_column)
+      columns, label_column, header = list(layout.text_columns), layout.label_column, False
   names = None  # the column names a file states: its header, or the keys of its first record
   if fmt != 'jsonl' and header:
     names, rows = [c.strip() for c in rows[0][1]], rows[1:]
   elif fmt == 'jsonl' and rows and defaulted:
     names = list(rows[0][1])
+  if names is not None and defaulted:
+    layout = glue_layouts.header_layout(glue_task, names)
+    if layout is not None and not all(c in names for c in [*columns, label_column]):
+      log.info("%s: GLUE's %s layout: text column(s) %s, label column %r", path, glue_task,
+               ', '.join(repr(c) for c in layout.text_columns), layout.label_column)
+      columns, label_column = list(layout.text_columns), layout.label_column
   if names is not None:
     columns = _fit_columns(path, columns, label_column, names, defaulted)
   wanted = columns + ([label_column] if label_column != '' else [])

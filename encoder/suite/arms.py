@@ -1,0 +1,112 @@
+"""What a suite evaluates: the arms, each an encoder to fine-tune from, and the scratch baseline.
+
+`init_from` may be
+  a run (ours, or one `python -m encoder.convert --from-hf` wrote): one arm, `pretrained`, from
+      its newest checkpoint; with `suite.checkpoints=all` or `STEP,STEP` one arm per saved
+      step (`step500`, ...), to plot downstream score against pretraining step;
+  one checkpoint step directory: one arm, `pretrained`;
+  a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run.
+`scratch` (`suite.scratch=true`) is the first arm's architecture and tokenizer with random
+weights: what the table would say without pretraining.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from encoder import storage
+from encoder.errors import ConfigError
+from encoder.sweep.status import STATUS_FILE, read_status
+from encoder.train.checkpoint import find_run_directory
+from encoder.train.resolve import ARCHITECTURE_FIELDS
+
+SCRATCH = 'scratch'
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One encoder: its name in the tables, the overrides that start a run from it, and its
+  pretraining step (None: not one of several steps of one run)."""
+  name: str
+  overrides: tuple[str, ...]
+  run_dir: str
+  step: int | None = None
+
+
+def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -> list[Arm]:
+  if not init_from:
+    raise ConfigError('--eval_suite needs --config.init_from=RUN (a workdir, a checkpoint, a '
+                      'sweep folder or a converted Hugging Face model)')
+  path = storage.abspath(os.path.expanduser(init_from))
+  if not storage.exists(path):
+    raise ConfigError(f"init_from '{init_from}' does not exist")
+  arms = sweep_arms(path) if is_sweep_folder(path) else run_arms(path, checkpoints)
+  if scratch:
+    arms.append(scratch_arm(arms[0].run_dir))
+  return arms
+
+
+def is_sweep_folder(path: str) -> bool:
+  """A folder of run directories with sweep status records and no run of its own."""
+  if storage.isfile(os.path.join(path, 'config.json')):
+    return False
+  return any(storage.isfile(os.path.join(path, name, STATUS_FILE))
+             for name in storage.listdir(path))
+
+
+def sweep_arms(sweep_dir: str) -> list[Arm]:
+  arms = []
+  for name in sorted(storage.listdir(sweep_dir)):
+    workdir = os.path.join(sweep_dir, name)
+    if read_status(workdir).get('status') == 'done':
+      arms.append(Arm(name, (f'init_from={workdir}',), workdir))
+  if not arms:
+    raise ConfigError(f"sweep folder '{sweep_dir}' has no finished run to evaluate")
+  return arms
+
+
+def run_arms(path: str, checkpoints: str) -> list[Arm]:
+  run_dir = find_run_directory(path)
+  if run_dir is None:
+    raise ConfigError(f"init_from '{path}' is no run: no config.json in it or above it")
+  if checkpoints == 'last' or path != run_dir:
+    return [Arm('pretrained', (f'init_from={path}',), run_dir)]
+  steps = checkpoint_steps(run_dir)
+  if checkpoints != 'all':
+    try:
+      wanted = [int(s) for s in checkpoints.split(',') if s.strip()]
+    except ValueError:
+      raise ConfigError(f"suite.checkpoints='{checkpoints}': expected last, all or STEP,STEP"
+                        ) from None
+    absent = [s for s in wanted if s not in steps]
+    if absent:
+      raise ConfigError(f'{run_dir} has no checkpoint at step {absent[0]} (saved steps: '
+                        f"{', '.join(map(str, steps)) or 'none'})")
+    steps = wanted
+  if not steps:
+    raise ConfigError(f'{run_dir} has no saved checkpoint')
+  return [Arm(f'step{s}', (f"init_from={os.path.join(run_dir, 'checkpoints', str(s))}",),
+              run_dir, s) for s in steps]
+
+
+def checkpoint_steps(run_dir: str) -> list[int]:
+  """The complete checkpoint steps of a run (Orbax's step folders; temporaries skipped)."""
+  folder = os.path.join(run_dir, 'checkpoints')
+  if not storage.isdir(folder):
+    return []
+  return sorted(int(n) for n in storage.listdir(folder) if n.isdigit())
+
+
+def scratch_arm(run_dir: str) -> Arm:
+  """The run's architecture (every field its config.json fixes) and tokenizer, no weights."""
+  model = json.loads(storage.read_text(os.path.join(run_dir, 'config.json'))).get('model', {})
+  overrides = ['init_from=', f"data.tokenizer={os.path.join(run_dir, 'tokenizer')}"]
+  overrides += [f'model.{k}={_text(model[k])}' for k in ARCHITECTURE_FIELDS
+                if model.get(k) is not None]
+  return Arm(SCRATCH, tuple(overrides), run_dir)
+
+
+def _text(value) -> str:
+  return str(value).lower() if isinstance(value, bool) else str(value)

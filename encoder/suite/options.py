@@ -1,0 +1,50 @@
+"""The suite's own settings (`--config.suite.KEY=...`, `--config.init_from=...`) and the split
+of the command line's overrides into those and the ones every fine-tuning run takes."""
+
+from __future__ import annotations
+
+from ml_collections import config_dict
+
+from encoder import configs
+
+
+def suite_config() -> config_dict.ConfigDict:
+  """Every suite setting, with its default."""
+  c = config_dict.ConfigDict()
+  c.init_from = ''  # a workdir, one checkpoint step, a sweep folder, or a converted HF model
+  s = c.suite = config_dict.ConfigDict()
+  s.seeds = 3  # fine-tuning seeds per task (train.seed = 0, 1, ...)
+  s.tasks = ''  # comma-separated task names: replaces the named suite's list
+  s.data_dir = ''  # GLUE's layout (SST-2/train.tsv, MRPC/train.tsv, ...); '' = TFDS glue/*
+  s.conll_dir = ''  # CoNLL-2003 (train.txt, valid.txt); '' = TFDS conll2003
+  s.squad_dir = ''  # SQuAD v1.1 (train-v1.1.json, dev-v1.1.json); '' = TFDS squad
+  # heldout: the dev set is a held-out slice of each training file (the same slice for every
+  # arm, seed and rerun: a seeded shuffle); official: the task's own dev file.
+  s.dev_set = 'heldout'
+  s.heldout_fraction = 0.1
+  s.dev_size = 0  # at most this many dev examples (0: all the slice holds)
+  s.train_size = 0  # at most this many training examples (0: all): budgets for small machines
+  s.split_seed = 0
+  s.lr_grid = False  # the recipe's learning-rate grid (best median on dev), else its one rate
+  s.parallel = 1  # runs at once; above 1, each in its own process with a share of the host
+  s.checkpoints = 'last'  # on a pretraining run: last | all | STEP,STEP
+  s.scratch = True  # a baseline arm: the same architecture, randomly initialised
+  s.keep_weights = False  # keep each fine-tuned run's checkpoints (else only its metrics)
+  return c
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+  """(the suite's, the runs'): `suite.*` and `init_from` configure the suite; everything else
+  (`train.num_steps=100`, `data.max_seq_length=64`) is passed to every fine-tuning run."""
+  own, runs = [], []
+  for item in overrides:
+    key = item.partition('=')[0].strip()
+    (own if key == 'init_from' or key.startswith('suite.') else runs).append(item)
+  return own, runs
+
+
+def build(overrides: list[str]) -> config_dict.ConfigDict:
+  """The suite settings: defaults, then the overrides (a named suite's first, the user's)."""
+  config = suite_config()
+  configs.apply_overrides(config, overrides)
+  return config

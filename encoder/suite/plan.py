@@ -1,0 +1,82 @@
+"""The suite's runs: one fine-tuning run per (arm, task, learning rate, seed), each a normal
+workdir `SUITE_DIR/<arm>/<task>-seed<S>` (`-lr<LR>` inserted with the grid), started by the
+overrides it records, so `python launch.py --exp EXPERIMENT --workdir W --config.<each>`
+repeats it by hand.
+
+Every run's overrides, in order: the arm's (init_from, or scratch's architecture), the task's
+data and recipe, the seed, then the user's own (`--config.train.num_steps=100` wins over the
+recipe's epochs). All are applied to the experiment's config when the plan is made, so a
+mistyped key fails before any run starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+from encoder import configs
+from encoder.suite.arms import Arm
+from encoder.suite.data_slices import TaskData
+from encoder.suite.tasks import SuiteTask
+
+# Evaluate once, after the last step (the trainer always evaluates then): intermediate evals
+# cost time and the suite reports the final dev score, not the best of several (which would
+# pick on the dev set it reports).
+EVAL_ONCE = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  name: str  # '<arm>/<task>-seed<S>'
+  arm: str
+  task: str
+  seed: int
+  learning_rate: float
+  experiment: str
+  overrides: tuple[str, ...]
+  workdir: str
+
+  def config(self):
+    config = configs.load_experiment(self.experiment)
+    configs.apply_overrides(config, list(self.overrides))
+    return config
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def task_overrides(task: SuiteTask, data: TaskData, learning_rate: float) -> list[str]:
+  r = task.recipe
+  overrides = [f'train.learning_rate={learning_rate}', f'train.batch_size={r.batch_size}',
+               f'train.num_epochs={r.num_epochs}', f'train.warmup_fraction={r.warmup_fraction}',
+               f'train.eval_every={EVAL_ONCE}']
+  if data.train:
+    overrides += [f'data.train={data.train}', f'data.eval={data.dev}']
+  return overrides
+
+
+def learning_rates(task: SuiteTask, grid: bool) -> tuple[float, ...]:
+  return task.recipe.lr_grid if grid else (task.recipe.learning_rate,)
+
+
+def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
+              user_overrides: list[str], suite_dir: str) -> list[RunSpec]:
+  """Every run of the suite, in the order they run: task by task, so a task's arms and seeds
+  finish together and the table fills row by row."""
+  runs = []
+  grid = bool(suite.lr_grid)
+  for task, data in tasks:
+    base = configs.load_experiment(task.experiment)
+    for lr in learning_rates(task, grid):
+      for arm in arms:
+        for seed in range(int(suite.seeds)):
+          overrides = (*arm.overrides, *task_overrides(task, data, lr), f'train.seed={seed}',
+                       *user_overrides)
+          configs.apply_overrides(copy.deepcopy(base), list(overrides))  # refused now, not later
+          tag = f'-lr{lr:g}' if grid else ''
+          name = f'{arm.name}/{task.name}{tag}-seed{seed}'
+          runs.append(RunSpec(name, arm.name, task.name, seed, lr, task.experiment,
+                              tuple(overrides), os.path.join(suite_dir, arm.name,
+                                                             f'{task.name}{tag}-seed{seed}')))
+  return runs

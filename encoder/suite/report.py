@@ -1,0 +1,97 @@
+"""suite.json, suite.csv, suite.md and suite.png (and, over pretraining steps, suite_steps.png)
+from the summary results.summarise makes; rewritten after every run, so a suite still running
+or stopped shows what it has."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+from encoder import storage
+from encoder.suite import plots
+from encoder.suite.tasks import TASKS
+
+FILES = ('suite.json', 'suite.csv', 'suite.md', 'suite.png')
+
+
+def write(suite_dir: str, summary: dict) -> None:
+  storage.makedirs(suite_dir)
+  storage.write_atomic(os.path.join(suite_dir, 'suite.json'), json.dumps(summary, indent=2))
+  storage.write_atomic(os.path.join(suite_dir, 'suite.csv'), csv_text(summary))
+  storage.write_atomic(os.path.join(suite_dir, 'suite.md'), markdown(summary))
+  plots.write_plots(suite_dir, summary)
+
+
+def csv_text(summary: dict) -> str:
+  """One row per (arm, task, metric): the seeds' values, their median, min and max."""
+  table = io.StringIO(newline='')
+  writer = csv.writer(table)
+  writer.writerow(['arm', 'step', 'task', 'metric', 'official', 'learning_rate', 'seeds',
+                   'median', 'min', 'max', 'done', 'failed'])
+  for arm, a in summary['arms'].items():
+    for task, t in a['tasks'].items():
+      done = sum(r['status'] == 'done' for r in t['runs'])
+      failed = sum(r['status'] == 'failed' for r in t['runs'])
+      rows = [('score', t['score'])] + list(t['metrics'].items())
+      for metric, s in rows:
+        writer.writerow([arm, '' if a['step'] is None else a['step'], task, metric,
+                         metric in t['official_metrics'] or metric == 'score',
+                         t['learning_rate'], ' '.join(f'{v:.6g}' for v in s['seeds']),
+                         *(_num(s[k]) for k in ('median', 'min', 'max')), done, failed])
+    writer.writerow([arm, '' if a['step'] is None else a['step'], 'average', 'score', True, '',
+                     '', _num(a['average']), '', '', '', ''])
+  return table.getvalue()
+
+
+def markdown(summary: dict) -> str:
+  tasks = list(dict.fromkeys(t for a in summary['arms'].values() for t in a['tasks']))
+  lines = [f"# Suite `{summary['suite']}` on `{summary['init_from']}`", '',
+           f"{summary['seeds']} seed(s) per task; dev sets: {summary['dev_sets']}; "
+           f"budget: {summary['budget']}.", '',
+           'Median over seeds of each task\'s score (x100; the mean of its official metrics), '
+           'min-max in brackets.', '']
+  header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
+  lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for arm, a in summary['arms'].items():
+    cells = [_cell(a['tasks'].get(t, {}).get('score')) for t in tasks]
+    lines.append('| ' + ' | '.join([arm, *cells, _pct(a['glue_average']),
+                                    _pct(a['average'])]) + ' |')
+  lines += ['', 'Every metric, every seed:', '',
+            '| arm | task | metric | lr | seeds | median | min | max |', '|' + '---|' * 8]
+  for arm, a in summary['arms'].items():
+    for task, t in a['tasks'].items():
+      for metric in t['official_metrics']:
+        s = t['metrics'].get(metric)
+        if s and s['seeds']:
+          lines.append(f"| {arm} | {task} | {metric} | {t['learning_rate']:g} | "
+                       + ' '.join(f'{v:.4f}' for v in s['seeds'])
+                       + f" | {s['median']:.4f} | {s['min']:.4f} | {s['max']:.4f} |")
+  problems = [f"- `{arm}/{task}` seed {r['seed']}: {r['status']}"
+              + (f": {r['error']}" if r.get('error') else '')
+              for arm, a in summary['arms'].items() for task, t in a['tasks'].items()
+              for r in t['runs'] if r['status'] != 'done']
+  if problems:
+    lines += ['', 'Runs not done:', '', *problems]
+  if summary['missing']:
+    lines += ['', 'Missing tasks (not run):', '',
+              *(f'- {t}: {why}' for t, why in summary['missing'].items())]
+  lines += ['', f"Fine-tuning wall clock, all runs: {summary['runs_wall_clock_s']:.0f} s."]
+  return '\n'.join(lines) + '\n'
+
+
+def _num(value) -> str:
+  return '' if value is None else f'{value:.6g}'
+
+
+def _pct(value) -> str:
+  return '' if value is None else f'{100 * value:.1f}'
+
+
+def _cell(score: dict | None) -> str:
+  if not score or score['median'] is None:
+    return ''
+  if len(score['seeds']) == 1:
+    return _pct(score['median'])
+  return f"{_pct(score['median'])} ({_pct(score['min'])}-{_pct(score['max'])})"

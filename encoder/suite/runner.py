@@ -1,0 +1,91 @@
+"""`launch.py --eval_suite NAME`: plan every run, run those not finished, write the report.
+
+The suite folder (`--workdir`, default `INIT_FROM/suites/NAME`, for a sweep folder
+`SWEEP/suites/NAME`, where `--report` finds it) holds `data/` (the held-out slices),
+one folder per arm with one workdir per (task, seed), and the report files. Everything is
+decided before the first run starts: the arms, the tasks present (those whose files are
+missing are listed, not run), every run's config (a bad override fails now).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from encoder import storage
+from encoder.suite import arms as arms_lib
+from encoder.suite import data_slices, options, plan, report, results
+from encoder.suite.execute import run_all
+from encoder.suite.tasks import suite_tasks
+from encoder.train.trainer import setup_logging
+
+log = logging.getLogger('encoder')
+
+
+def default_suite_dir(init_from: str, name: str) -> str:
+  """INIT_FROM/suites/NAME: beside the run (or inside the sweep folder) it evaluates."""
+  path = storage.abspath(os.path.expanduser(init_from))
+  if os.path.basename(os.path.dirname(path)) == 'checkpoints':  # one step of a run
+    path = os.path.dirname(os.path.dirname(path))
+  return os.path.join(path, 'suites', name)
+
+
+def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
+              experiment=None, dry_run: bool = False) -> dict:
+  """Runs suite `name` (built in, or in `experiment`'s SUITES) and returns its summary."""
+  setup_logging()
+  own, run_overrides = options.split_overrides(
+      [*getattr(experiment, 'SUITE_OVERRIDES', {}).get(name, []), *overrides])
+  settings = options.build(own)
+  suite = settings.suite
+  tasks = suite_tasks(name, experiment, suite.tasks)
+  arms = arms_lib.find_arms(settings.init_from, suite.checkpoints, suite.scratch)
+  suite_dir = storage.abspath(suite_dir or default_suite_dir(settings.init_from, name))
+  present, missing = [], {}
+  for task in tasks:
+    data = data_slices.task_data(task, suite, suite_dir)
+    if data.missing:
+      missing[task.name] = data.missing
+      log.info('suite: %s is missing (%s); not run', task.name, data.missing)
+    else:
+      present.append((task, data))
+  runs = plan.plan_runs(arms, present, suite, run_overrides, suite_dir)
+  if dry_run:
+    for spec in runs:
+      print(f"{spec.workdir}  --exp {spec.experiment} "
+            + ' '.join(f'--config.{o}' for o in spec.overrides))
+    return {}
+  meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
+          'dev_sets': _dev_text(suite), 'budget': _budget_text(suite, run_overrides),
+          'overrides': run_overrides, 'tasks': [t.name for t, _ in present]}
+  steps = {arm.name: arm.step for arm in arms}
+
+  def write_report() -> dict:
+    summary = results.summarise(runs, missing, meta, steps)
+    report.write(suite_dir, summary)
+    return summary
+
+  log.info('suite %s: %d arm(s) x %d task(s) -> %d run(s) in %s', name, len(arms),
+           len(present), len(runs), suite_dir)
+  start = time.time()
+  write_report()
+  complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
+  summary = write_report()
+  log.info('suite %s %s in %.0f s: %s', name, 'finished' if complete else 'stopped',
+           time.time() - start, os.path.join(suite_dir, 'suite.md'))
+  return summary
+
+
+def _dev_text(suite) -> str:
+  if suite.dev_set == 'official':
+    return 'the official dev files'
+  caps = f', at most {suite.dev_size}' if suite.dev_size else ''
+  return (f'a held-out {suite.heldout_fraction:g} of each training file{caps} '
+          f'(split seed {suite.split_seed})')
+
+
+def _budget_text(suite, run_overrides: list[str]) -> str:
+  parts = [f'train examples <= {suite.train_size}' if suite.train_size else 'all train examples']
+  parts += run_overrides or ["each task's recipe"]
+  return ', '.join(parts)
