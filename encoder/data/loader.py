@@ -10,8 +10,10 @@ resuming is exact: a loader restored at step s yields what an uninterrupted one 
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,66 +62,108 @@ def stream_indices(step: int, global_batch: int, n: int,
 
 
 class BatchIterator(Iterator[Batch]):
-  """Yields make_batch(step) for step = start, start+1, ...; a thread prepares `prefetch` ahead.
+  """Yields make_batch(step) for step = start, start+1, ...; threads prepare batches ahead.
+
+  `prefetch` batches are kept in preparation ahead of the consumer at least. With `workers`
+  above 1 (make_batch must then be thread-safe), up to that many are made at once, and the
+  depth ahead follows what it measures: a batch that takes longer to make than the consumer
+  takes per step (reads from a bucket: two round trips of tens of ms each) needs
+  ceil(make time / step time) + 1 batches in flight to arrive on time. Batches are handed
+  out in step order whichever finishes first, so what a step gets never depends on timing.
 
   `state()` is the position after the last batch handed out (not after the prefetched ones), so it
   can be saved with a checkpoint and passed back to resume exactly.
   """
 
-  def __init__(self, make_batch: Callable[[int], Batch], step: int = 0, prefetch: int = 0):
+  def __init__(self, make_batch: Callable[[int], Batch], step: int = 0, prefetch: int = 0,
+               workers: int = 1):
     self._make, self._step, self._prefetch = make_batch, int(step), int(prefetch)
-    self._queue: queue.Queue | None = None
+    self._workers = max(int(workers), 1)
+    self._max_depth = max(self._prefetch, 2 * self._workers if self._workers > 1 else 0)
+    self._todo: queue.Queue = queue.Queue()
+    self._ready: dict[int, Any] = {}
+    self._done = threading.Condition()
+    self._scheduled = self._step  # steps below this were handed to the workers
     self._stop = threading.Event()
-    self._thread: threading.Thread | None = None
+    self._threads: list[threading.Thread] = []
+    self._make_s = 0.0  # moving averages: seconds to make a batch, between two __next__
+    self._interval_s = 0.0
+    self._last_next = None
 
   def state(self) -> dict[str, Any]:
     return {'step': self._step}
+
+  @property
+  def depth(self) -> int:
+    """Batches to keep in preparation ahead of the consumer, from the measured times."""
+    if self._workers == 1 or not self._interval_s:
+      return self._prefetch
+    needed = math.ceil(self._make_s / max(self._interval_s, 1e-4)) + 1
+    return min(max(self._prefetch, needed), self._max_depth)
 
   def __iter__(self) -> BatchIterator:
     return self
 
   def __next__(self) -> Batch:
+    now = time.perf_counter()
+    if self._last_next is not None:
+      self._interval_s = _average(self._interval_s, now - self._last_next)
+    self._last_next = now
     if self._prefetch <= 0:
       batch = self._make(self._step)
     else:
-      if self._thread is None:
+      if not self._threads:
         self._start()
-      batch = self._queue.get()
+      self._schedule(self._step + 1 + self.depth)
+      with self._done:
+        while self._step not in self._ready:
+          self._done.wait()
+        batch = self._ready.pop(self._step)
       if isinstance(batch, BaseException):
         raise batch
     self._step += 1
     return batch
 
-  def _start(self) -> None:
-    self._queue = queue.Queue(maxsize=self._prefetch)
-    self._thread = threading.Thread(target=self._work, args=(self._step,), daemon=True,
-                                    name='data-prefetch')
-    self._thread.start()
+  def _schedule(self, until: int) -> None:
+    for step in range(max(self._scheduled, self._step), until):
+      self._todo.put(step)
+    self._scheduled = max(self._scheduled, until)
 
-  def _work(self, step: int) -> None:
+  def _start(self) -> None:
+    for i in range(self._workers):
+      thread = threading.Thread(target=self._work, daemon=True, name=f'data-prefetch-{i}')
+      thread.start()
+      self._threads.append(thread)
+
+  def _work(self) -> None:
     while not self._stop.is_set():
+      step = self._todo.get()
+      if step is None:
+        return
+      start = time.perf_counter()
       try:
         item = self._make(step)
       except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
         item = e
-      while not self._stop.is_set():
-        try:
-          self._queue.put(item, timeout=0.1)
-          break
-        except queue.Full:
-          continue
-      if isinstance(item, BaseException):
-        return
-      step += 1
+      with self._done:
+        self._make_s = _average(self._make_s, time.perf_counter() - start)
+        self._ready[step] = item
+        self._done.notify_all()
 
   def close(self) -> None:
-    """Stops the prefetch thread (it is a daemon, so forgetting this never blocks exit)."""
+    """Stops the prefetch threads (daemons, so forgetting this never blocks exit)."""
     self._stop.set()
-    if self._thread is not None:
-      self._thread.join(timeout=5)
+    for _ in self._threads:
+      self._todo.put(None)
+    for thread in self._threads:
+      thread.join(timeout=5)
 
   def __del__(self):
     self._stop.set()
+
+
+def _average(previous: float, value: float, weight: float = 0.2) -> float:
+  return value if not previous else (1 - weight) * previous + weight * value
 
 
 def restore_step(state: dict[str, Any] | None) -> int:

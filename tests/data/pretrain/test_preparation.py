@@ -12,7 +12,7 @@ import pytest
 
 from encoder.data.corpus import sources
 from encoder.data.permutation import PermutationSampler
-from encoder.data.pretrain import preparation, prepared_reader, shard_worker
+from encoder.data.pretrain import preparation, shard_worker
 from encoder.data.pretrain.pretraining_data import build_pretraining_data
 from encoder.errors import DataError
 from tests.data.conftest import make_config, write_corpus
@@ -114,20 +114,6 @@ def test_not_next_partners_are_other_documents_of_the_shard_and_the_coin_is_fair
     labels.append(inst[:, 4])
   labels = np.concatenate(labels)
   assert len(labels) > 1000 and abs(labels.mean() - 0.5) < 0.05
-
-
-def test_training_batches_on_many_shards_match_by_byte_range(corpus_dir, tmp_path, monkeypatch):
-  """Batches read through memory maps equal those read by byte ranges (as from a bucket)."""
-  config = _config(corpus_dir, tmp_path, 'p', dynamic_masking=False)
-  data = build_pretraining_data(config, str(tmp_path / 'run'))
-  assert len(data._train.offsets) > 3
-  mapped = [data.train_batch(step) for step in range(3)] + data.eval_batches(2)
-  monkeypatch.setattr(prepared_reader, 'is_local', lambda path: False)
-  data = build_pretraining_data(config, str(tmp_path / 'run'))
-  ranged = [data.train_batch(step) for step in range(3)] + data.eval_batches(2)
-  for a, b in zip(mapped, ranged, strict=True):
-    for k in a:
-      np.testing.assert_array_equal(a[k], b[k])
 
 
 def test_permutation_sampler_covers_each_epoch_once_in_constant_memory():
