@@ -30,9 +30,10 @@ def summary_rows(params: dict) -> list[tuple[str, int]]:
         if part not in layers:
           rows.append((f'encoder/{part}', count(value)))
       if layers:
-        per_layer = count(sub[layers[0]])
-        rows.append((f'encoder/layer_0..{len(layers) - 1} ({len(layers)} x {per_layer:,})',
-                     per_layer * len(layers)))
+        counts = [count(sub[k]) for k in layers]
+        # Layers may differ (ModernBERT's layer 0 has no attention norm): each size, how often.
+        sizes = ', '.join(f'{counts.count(n)} x {n:,}' for n in dict.fromkeys(counts))
+        rows.append((f'encoder/layer_0..{len(layers) - 1} ({sizes})', sum(counts)))
     else:
       rows.append((name, count(sub)))
   return rows
@@ -44,5 +45,11 @@ def describe(model: nn.Module, batch: dict) -> str:
   width = max(len(name) for name, _ in rows) + 2
   lines = [f'{model.__class__.__name__}: {model.config}', '']
   lines += [f'{name:<{width}}{n:>15,}' for name, n in rows]
-  lines += ['', f'Total parameters: {count(params):,}']
+  heads = {name: count(sub) for name, sub in params.items() if name != 'encoder'}
+  lines += ['']
+  if 'encoder' in params:
+    lines += [f"Encoder parameters: {count(params['encoder']):,}"]
+  if heads:
+    lines += ['Heads: ' + ', '.join(f'{name} {n:,}' for name, n in heads.items())]
+  lines += [f'Total parameters: {count(params):,}']
   return '\n'.join(lines)

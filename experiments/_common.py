@@ -18,23 +18,43 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   c.init_from = ''
 
   c.model = m = config_dict.ConfigDict()
-  m.size = 'base'  # tiny | mini | small | medium | base | large; the fields below override it
+  # A size presets the shape: tiny | mini | small | medium | base | large (BERT's, with BERT's
+  # architecture below), or modern_tiny | modern_mini | modern_base | modern_large
+  # (ModernBERT's shape and architecture: encoder/modules/config.py). A field set below
+  # overrides the preset; None (the placeholders) takes the preset's value, else BERT's.
+  m.size = 'base'
   m.num_layers = config_dict.placeholder(int)
   m.hidden_size = config_dict.placeholder(int)
   m.num_heads = config_dict.placeholder(int)
   m.intermediate_size = config_dict.placeholder(int)  # default 4 x hidden_size
   m.vocab_size = config_dict.placeholder(int)  # default: the tokenizer's (data.vocab_size)
-  m.max_position_embeddings = 512
-  m.type_vocab_size = 2
+  m.max_position_embeddings = config_dict.placeholder(int)  # BERT 512; ModernBERT 8192
+  m.type_vocab_size = config_dict.placeholder(int)  # segment ids: BERT 2; 0: no table
   m.attention = 'bidirectional'  # bidirectional | causal
   m.attention_impl = 'auto'  # auto | explicit | xla | cudnn: how scores are computed
-  m.norm = 'post'  # post (BERT) | pre (pre-LN with a final LayerNorm)
-  m.activation = 'gelu'  # gelu (exact erf) | gelu_tanh (original TF code) | geglu
+  m.norm = config_dict.placeholder(str)  # post (BERT) | pre (pre-LN with a final LayerNorm)
+  m.first_attention_norm = config_dict.placeholder(bool)  # pre-LN: norm before layer 0 (BERT)
+  m.embedding_norm = config_dict.placeholder(bool)  # LayerNorm after the embeddings (BERT)
+  m.use_bias = config_dict.placeholder(bool)  # biases of dense layers and norms (BERT: true)
+  # gelu (exact erf) | gelu_tanh (original TF code) | geglu (ModernBERT) | swiglu (NeoBERT)
+  m.activation = config_dict.placeholder(str)
+  m.position_embedding = config_dict.placeholder(str)  # learned (BERT) | rope | none
+  m.rope_theta = config_dict.placeholder(float)  # RoPE base, global layers (default 10000)
+  m.local_rope_theta = config_dict.placeholder(float)  # ... local layers (default 10000)
+  # Local layers see keys within local_window // 2 positions (ModernBERT: 128); layer i is
+  # global when i % global_every == 0 (ModernBERT: 3; 0: none global). 0: every layer global.
+  m.local_window = config_dict.placeholder(int)
+  m.global_every = config_dict.placeholder(int)
   m.dtype = 'float32'  # compute dtype: float32 | bfloat16; params stay float32
   m.dropout_rate = 0.1
   m.attention_dropout_rate = 0.1
+  m.init = config_dict.placeholder(str)  # bert | modern (depth-scaled output layers)
+  m.init_cutoff = config_dict.placeholder(float)  # modern: truncation, in deviations (2)
   m.initializer_range = 0.02
-  m.layer_norm_eps = 1e-12
+  m.layer_norm_eps = config_dict.placeholder(float)  # BERT 1e-12; ModernBERT 1e-5
+  m.pooler = config_dict.placeholder(str)  # tanh (BERT's dense + tanh; NSP reads it) | none
+  m.pooling = config_dict.placeholder(str)  # cls | mean (of the real tokens)
+  m.classifier_head = config_dict.placeholder(str)  # linear (BERT) | mlp (ModernBERT's)
 
   c.data = d = config_dict.ConfigDict()
   d.tokenizer = ''  # '' trains SentencePiece on the training text; or a .model / vocab.txt / dir

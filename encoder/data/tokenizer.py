@@ -1,6 +1,7 @@
-"""One tokenizer interface over SentencePiece (trained or loaded) and BERT WordPiece (vocab.txt).
+"""One tokenizer interface over SentencePiece (trained or loaded), BERT WordPiece (vocab.txt) and
+a Hugging Face tokenizer.json (ModernBERT's byte-level BPE, read by the `tokenizers` package).
 
-Both expose the five special tokens BERT needs; a SentencePiece model we train has them at fixed
+All expose the five special tokens BERT needs; a SentencePiece model we train has them at fixed
 ids ([PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4) as control symbols, so text that happens to
 contain "[MASK]" is never encoded as the real mask token.
 """
@@ -26,6 +27,7 @@ from encoder.errors import DataError
 SPECIALS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 _SP_MODEL = 'tokenizer.model'
 _VOCAB = 'vocab.txt'
+_JSON = 'tokenizer.json'
 _CONFIG = 'tokenizer_config.json'
 
 
@@ -189,21 +191,65 @@ class WordPieceTokenizer(Tokenizer):
     return paths
 
 
+class JsonTokenizer(Tokenizer):
+  """A Hugging Face `tokenizer.json` (any model the `tokenizers` package reads: ModernBERT's
+  byte-level BPE, ...) whose vocabulary has [PAD] [UNK] [CLS] [SEP] [MASK]. Its post-processor
+  ([CLS] ... [SEP] templates) is not applied: the data pipeline places specials itself. A word
+  starts at a piece that begins with a space marker (byte-level 'Ġ', SentencePiece '▁'), or
+  at a special token."""
+
+  def __init__(self, text: str):
+    import tokenizers
+    try:
+      self.tok = tokenizers.Tokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type
+      raise DataError(f'not a tokenizer.json the tokenizers package reads ({e})'
+                      .split('\n')[0]) from None
+    self.text = text
+    self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
+    self._init_specials(self.tok.token_to_id)
+    tokens = [self.tok.id_to_token(i) or '' for i in range(self.vocab_size)]
+    specials = {t.content for t in self.tok.get_added_tokens_decoder().values() if t.special}
+    self.word_starts = np.array([t[:1] in ('Ġ', '▁') or t in specials for t in tokens], bool)
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in self.tok.encode_batch(self._encodable(texts),
+                                                 add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+  def id_to_token(self, i: int) -> str:
+    return self.tok.id_to_token(int(i))
+
+  def token_to_id(self, token: str) -> int | None:
+    return self.tok.token_to_id(token)
+
+  def save(self, directory: str) -> list[str]:
+    storage.makedirs(directory)
+    path = os.path.join(directory, _JSON)
+    with storage.open(path, 'w', encoding='utf-8') as f:
+      f.write(self.text)
+    return [path]
+
+
 def load_tokenizer(path: str, lower_case: bool | None = None) -> Tokenizer:
-  """Loads a directory (tokenizer.model or vocab.txt), a .model file or a vocab.txt.
+  """Loads a directory (tokenizer.model, vocab.txt or tokenizer.json, in that order), a .model
+  file, a tokenizer.json or a vocab.txt.
 
   For WordPiece, a tokenizer_config.json next to the vocab (written by `save`) decides the casing;
   without one, `lower_case` does (None: True, uncased BERT).
   """
   path = os.path.expanduser(storage.check(path))
   if storage.isdir(path):
-    for name in (_SP_MODEL, _VOCAB):
+    for name in (_SP_MODEL, _VOCAB, _JSON):
       if storage.exists(os.path.join(path, name)):
         return load_tokenizer(os.path.join(path, name), lower_case)
-    raise DataError(f'{path} holds neither {_SP_MODEL} nor {_VOCAB}: point data.tokenizer at one')
+    raise DataError(f'{path} holds none of {_SP_MODEL}, {_VOCAB}, {_JSON}: point data.tokenizer '
+                    'at one')
   if not storage.isfile(path):
-    raise DataError(f'tokenizer {path} does not exist: set data.tokenizer to a .model, vocab.txt '
-                    "or directory, or to '' to train one")
+    raise DataError(f'tokenizer {path} does not exist: set data.tokenizer to a .model, vocab.txt, '
+                    "tokenizer.json or directory, or to '' to train one")
   if path.endswith('.model'):
     with storage.open(path, 'rb') as f:
       proto = f.read()
@@ -211,6 +257,11 @@ def load_tokenizer(path: str, lower_case: bool | None = None) -> Tokenizer:
       return SentencePieceTokenizer(proto)
     except RuntimeError:
       raise DataError(f'{path} is not a SentencePiece model: give a valid .model file') from None
+  if path.endswith('.json'):
+    try:
+      return JsonTokenizer(storage.read_text(path))
+    except DataError as e:
+      raise DataError(f'{path}: {e}') from None
   try:
     with storage.open(path, encoding='utf-8') as f:
       vocab = [line.rstrip('\r\n') for line in f]

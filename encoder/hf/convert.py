@@ -1,7 +1,10 @@
-"""Hugging Face BERT directories <-> our workdirs, without torch (safetensors' numpy API).
+"""Hugging Face BERT and ModernBERT directories <-> our workdirs, without torch (safetensors'
+numpy API).
 
-  python -m encoder.convert --from-hf DIR --out WORKDIR  # config.json, safetensors, vocab.txt
-  python -m encoder.convert --to-hf WORKDIR --out DIR     # a BertForPreTraining directory
+  python -m encoder.convert --from-hf DIR --out WORKDIR  # config.json, safetensors, and
+                                                          # vocab.txt (BERT) or tokenizer.json
+  python -m encoder.convert --to-hf WORKDIR --out DIR     # BertForPreTraining, or
+                                                          # ModernBertForMaskedLM for RoPE models
 
 A converted workdir holds config.json (an mlm_nsp_base config with the model's numbers),
 tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)` reads it, and
@@ -19,9 +22,9 @@ import sys
 import numpy as np
 
 from encoder import configs, orbax_s3, storage
-from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
+from encoder.data.tokenizer import JsonTokenizer, WordPieceTokenizer, load_tokenizer
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf import mapping
+from encoder.hf import mapping, modernbert
 from encoder.inference import load
 from encoder.modules.common import dense
 from encoder.modules.config import model_config
@@ -47,8 +50,9 @@ def model_fields(hf: dict) -> dict:
   if not isinstance(hf, dict):
     raise CheckpointError('the config.json is not a JSON object: it is not a BERT config')
   if hf.get('model_type', 'bert') != 'bert':
-    raise CheckpointError(f"model_type '{hf.get('model_type')}' is not BERT: only BERT "
-                          'checkpoints convert (BertModel, BertForMaskedLM, BertForPreTraining)')
+    raise CheckpointError(f"model_type '{hf.get('model_type')}' is not BERT or ModernBERT: only "
+                          'those checkpoints convert (BertModel, BertForMaskedLM, '
+                          'BertForPreTraining, ModernBertModel, ModernBertForMaskedLM)')
   if hf.get('position_embedding_type', 'absolute') != 'absolute':
     raise CheckpointError(f"position_embedding_type '{hf['position_embedding_type']}' is not "
                           'supported: our embeddings are learned absolute positions')
@@ -119,10 +123,13 @@ def _write_params(workdir: str, params: dict) -> None:
   manager.close()
 
 
-def _convert_weights(tensors: dict, fields: dict) -> tuple[dict, list[str]]:
-  """mapping.hf_to_ours, with weights that contradict config.json refused in one line."""
+def _convert_weights(tensors: dict, fields: dict, modern: bool) -> tuple[dict, list[str]]:
+  """The family's hf_to_ours, with weights that contradict config.json refused in one line."""
   try:
-    params, absent = mapping.hf_to_ours(tensors, fields['num_layers'], fields['num_heads'])
+    if modern:
+      params, absent = modernbert.hf_to_ours(tensors, fields)
+    else:
+      params, absent = mapping.hf_to_ours(tensors, fields['num_layers'], fields['num_heads'])
   except (ValueError, TypeError, KeyError) as e:
     raise CheckpointError(f'the weights do not fit config.json ({str(e)[:160]})') from None
   _check_shapes(params['encoder'], fields)
@@ -164,15 +171,7 @@ def _check_out(out: str) -> None:
     raise CheckpointError(f"'{out}' already exists and is not empty: choose a new --out")
 
 
-def from_hf(hf_dir: str, workdir: str) -> list[str]:
-  """Converts a HF BERT directory into a workdir; returns notes for the user."""
-  from experiments import mlm_nsp_base
-  storage.check_bucket(hf_dir)
-  storage.check_checkpoint_location(workdir)
-  if not storage.isfile(os.path.join(hf_dir, 'config.json')):
-    raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face BERT directory")
-  _check_out(workdir)
-  fields = model_fields(_read_json(os.path.join(hf_dir, 'config.json')))
+def _bert_tokenizer(hf_dir: str) -> WordPieceTokenizer:
   if not storage.isfile(os.path.join(hf_dir, 'vocab.txt')):
     raise CheckpointError(f"'{hf_dir}' has no vocab.txt: only WordPiece BERT tokenizers convert")
   tok_config_path = os.path.join(hf_dir, 'tokenizer_config.json')
@@ -181,10 +180,38 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   tokenizer = load_tokenizer(os.path.join(hf_dir, 'vocab.txt'),
                              True if lower_case is None else bool(lower_case))
   assert isinstance(tokenizer, WordPieceTokenizer)
+  return tokenizer
+
+
+def _json_tokenizer(hf_dir: str) -> JsonTokenizer:
+  path = os.path.join(hf_dir, 'tokenizer.json')
+  if not storage.isfile(path):
+    raise CheckpointError(f"'{hf_dir}' has no tokenizer.json: a ModernBERT directory has one")
+  try:
+    tokenizer = load_tokenizer(path)
+  except EncoderError as e:
+    raise CheckpointError(str(e)) from None
+  assert isinstance(tokenizer, JsonTokenizer)
+  return tokenizer
+
+
+def from_hf(hf_dir: str, workdir: str) -> list[str]:
+  """Converts a HF BERT or ModernBERT directory into a workdir; returns notes for the user."""
+  from experiments import mlm_nsp_base
+  storage.check_bucket(hf_dir)
+  storage.check_checkpoint_location(workdir)
+  if not storage.isfile(os.path.join(hf_dir, 'config.json')):
+    raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face BERT or "
+                          'ModernBERT directory')
+  _check_out(workdir)
+  hf = _read_json(os.path.join(hf_dir, 'config.json'))
+  modern = hf.get('model_type') == modernbert.MODEL_TYPE
+  fields = modernbert.model_fields(hf) if modern else model_fields(hf)
+  tokenizer = _json_tokenizer(hf_dir) if modern else _bert_tokenizer(hf_dir)
   if tokenizer.vocab_size > fields['vocab_size']:
-    raise CheckpointError(f'vocab.txt has {tokenizer.vocab_size} tokens but the model only '
+    raise CheckpointError(f'the tokenizer has {tokenizer.vocab_size} tokens but the model only '
                           f"{fields['vocab_size']} embeddings")
-  params, absent = _convert_weights(read_safetensors(hf_dir), fields)
+  params, absent = _convert_weights(read_safetensors(hf_dir), fields, modern)
   notes = []
   if 'pooler' in absent:
     params['encoder']['pooler'] = _fresh_pooler(fields)
@@ -198,9 +225,10 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   config.model.update(fields)
   config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
   config.data.vocab_size = tokenizer.vocab_size
-  config.data.lower_case = tokenizer.lower_case
+  if isinstance(tokenizer, WordPieceTokenizer):
+    config.data.lower_case = tokenizer.lower_case
   config.data.max_seq_length = min(config.data.max_seq_length, fields['max_position_embeddings'])
-  config.data.nsp = 'nsp_head' in params or 'mlm' not in params
+  config.data.nsp = not modern and ('nsp_head' in params or 'mlm' not in params)
   storage.makedirs(workdir)
   tokenizer.save(os.path.join(workdir, 'tokenizer'))
   _write_params(workdir, params)
@@ -209,24 +237,45 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   return notes
 
 
-def to_hf(path: str, out: str) -> list[str]:
-  """Writes our checkpoint as a HF BERT directory; returns notes for the user."""
-  from safetensors.numpy import save, save_file
-
-  _check_out(out)
-  model = load(path)
-  cfg = model.model_config
+def _bert_refusal(cfg) -> str | None:
+  """What Hugging Face's BERT cannot express in `cfg`, or None."""
   for bad, why in ((cfg.norm == 'pre', 'pre-LN (model.norm=pre)'),
-                   (cfg.activation == 'geglu', 'GeGLU (model.activation=geglu)'),
-                   (cfg.attention == 'causal', 'causal attention')):
+                   (cfg.activation in ('geglu', 'swiglu'),
+                    f'a gated MLP (model.activation={cfg.activation})'),
+                   (cfg.attention == 'causal', 'causal attention'),
+                   (cfg.position_embedding != 'learned',
+                    f'model.position_embedding={cfg.position_embedding}'),
+                   (cfg.local_window > 0 and any(cfg.is_local(i) for i in range(cfg.num_layers)),
+                    'local attention (model.local_window)'),
+                   (not cfg.use_bias, 'bias-free layers (model.use_bias=false)'),
+                   (not cfg.embedding_norm, 'no embedding norm (model.embedding_norm=false)'),
+                   (cfg.type_vocab_size == 0, 'no segment embeddings (model.type_vocab_size=0)'),
+                   (cfg.pooler != 'tanh', f'model.pooler={cfg.pooler}')):
     if bad:
-      raise CheckpointError(f"Hugging Face's BERT cannot express {why}: this model does not "
-                            'convert')
-  tensors, architecture = mapping.ours_to_hf(model.params, cfg.num_layers)
-  notes = [f'dropped {k}: BERT has no such head' for k in model.params
-           if k not in ('encoder', 'mlm', 'nsp_head')]
-  tok, saved = model.tokenizer, model.config['model']
-  hf_config = {
+      return why
+  return None
+
+
+def _write_tokenizer(tok, out: str, max_length: int) -> list[str]:
+  """The tokenizer files transformers reads for `tok`; notes where it cannot."""
+  specials = {'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]',
+              'cls_token': '[CLS]', 'mask_token': '[MASK]'}
+  if isinstance(tok, JsonTokenizer | WordPieceTokenizer):
+    tok.save(out)  # tokenizer.json, or vocab.txt (+ our tokenizer_config.json, replaced here)
+    extra = ({'tokenizer_class': 'PreTrainedTokenizerFast'} if isinstance(tok, JsonTokenizer)
+             else {'tokenizer_class': 'BertTokenizer', 'do_lower_case': tok.lower_case})
+    with storage.open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+      json.dump({**extra, 'model_max_length': max_length, **specials}, f, indent=2)
+    return []
+  tok.save(out)  # tokenizer.model
+  return ['the tokenizer is SentencePiece: wrote tokenizer.model and no vocab.txt, since '
+          "HF's BertTokenizer cannot reproduce its segmentation; tokenize with "
+          'sentencepiece and pass the ids (specials: ' + ', '.join(
+              f'{t}={tok.token_to_id(t)}' for t in specials.values()) + ')']
+
+
+def _bert_config(cfg, tok, saved: dict, architecture: str) -> dict:
+  return {
       'architectures': [architecture], 'model_type': 'bert', 'vocab_size': cfg.vocab_size,
       'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
       'num_attention_heads': cfg.num_heads, 'intermediate_size': cfg.intermediate_size,
@@ -238,6 +287,33 @@ def to_hf(path: str, out: str) -> list[str]:
       'type_vocab_size': cfg.type_vocab_size, 'initializer_range': cfg.initializer_range,
       'layer_norm_eps': cfg.layer_norm_eps, 'pad_token_id': int(tok.pad_id),
       'position_embedding_type': 'absolute', 'tie_word_embeddings': True}
+
+
+def to_hf(path: str, out: str) -> list[str]:
+  """Writes our checkpoint as a HF BERT directory, or a ModernBERT one for a rotary model;
+  returns notes for the user."""
+  from safetensors.numpy import save, save_file
+
+  _check_out(out)
+  model = load(path)
+  cfg = model.model_config
+  modern = cfg.position_embedding == 'rope'
+  why = modernbert.expressible(cfg) if modern else _bert_refusal(cfg)
+  if why:
+    family = 'ModernBERT' if modern else 'BERT'
+    raise CheckpointError(f"Hugging Face's {family} cannot express {why}: this model does not "
+                          'convert')
+  if modern:
+    tensors, architecture = modernbert.ours_to_hf(model.params, cfg)
+    kept = ('encoder', 'mlm')
+  else:
+    tensors, architecture = mapping.ours_to_hf(model.params, cfg.num_layers)
+    kept = ('encoder', 'mlm', 'nsp_head')
+  family = 'ModernBERT' if modern else 'BERT'
+  notes = [f'dropped {k}: {family} has no such head' for k in model.params if k not in kept]
+  tok, saved = model.tokenizer, model.config['model']
+  hf_config = (modernbert.hf_config(cfg, tok, saved, architecture) if modern
+               else _bert_config(cfg, tok, saved, architecture))
   storage.makedirs(out)
   weights = os.path.join(out, 'model.safetensors')
   if storage.is_remote(out):
@@ -246,27 +322,15 @@ def to_hf(path: str, out: str) -> list[str]:
     save_file(tensors, weights, metadata={'format': 'pt'})
   with storage.open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(hf_config, f, indent=2)
-  specials = {'unk_token': '[UNK]', 'sep_token': '[SEP]', 'pad_token': '[PAD]',
-              'cls_token': '[CLS]', 'mask_token': '[MASK]'}
-  if isinstance(tok, WordPieceTokenizer):
-    tok.save(out)  # vocab.txt (+ our tokenizer_config.json, replaced by HF's below)
-    with storage.open(os.path.join(out, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
-      json.dump({'tokenizer_class': 'BertTokenizer', 'do_lower_case': tok.lower_case,
-                 'model_max_length': cfg.max_position_embeddings, **specials}, f, indent=2)
-  else:
-    tok.save(out)  # tokenizer.model
-    notes.append('the tokenizer is SentencePiece: wrote tokenizer.model and no vocab.txt, since '
-                 "HF's BertTokenizer cannot reproduce its segmentation; tokenize with "
-                 'sentencepiece and pass the ids (specials: ' + ', '.join(
-                     f'{t}={tok.token_to_id(t)}' for t in specials.values()) + ')')
-  return notes
+  return notes + _write_tokenizer(tok, out, cfg.max_position_embeddings)
 
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m encoder.convert', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   direction = parser.add_mutually_exclusive_group(required=True)
-  direction.add_argument('--from-hf', metavar='DIR', help='a Hugging Face BERT directory')
+  direction.add_argument('--from-hf', metavar='DIR',
+                         help='a Hugging Face BERT or ModernBERT directory')
   direction.add_argument('--to-hf', metavar='WORKDIR', help='our workdir or checkpoint step')
   parser.add_argument('--out', required=True, help='the directory to create')
   args = parser.parse_args(argv)

@@ -12,12 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.modules import matmul
-from encoder.modules.common import compute_dtype, zeros_init
+from encoder.modules.common import compute_dtype, truncated_normal, zeros_init
 from encoder.modules.config import ModelConfig
+from encoder.modules.rotary import apply_rope
 
 
 def attention_mask(input_mask: jax.Array, kind: str,
-                   segmentation: jax.Array | None = None) -> jax.Array:
+                   segmentation: jax.Array | None = None, window: int = 0) -> jax.Array:
   """Boolean [batch, 1, query (or 1), key] mask: True where a query may attend to a key.
 
   Unpacked (`segmentation` None): every query (padding queries too) attends to every real
@@ -25,21 +26,27 @@ def attention_mask(input_mask: jax.Array, kind: str,
   `*_segmentation`; 0 = padding), and the mask is block-diagonal: a token attends only to the
   tokens of its own example, and padding only to padding. `causal` further keeps only keys at
   or before the query. Padding queries' outputs are never read; they attend to something
-  rather than produce all-masked rows.
+  rather than produce all-masked rows. `window` > 0 (a local layer's total window) further
+  keeps only keys at most window // 2 positions from the query, as ModernBERT's sliding
+  window does (|q - k| <= 64 for its 128).
   """
   if segmentation is None:
     keys = input_mask.astype(bool)[:, None, None, :]
   else:
     keys = (segmentation[:, :, None] == segmentation[:, None, :])[:, None]
+  seq = input_mask.shape[-1]
   if kind == 'causal':
-    seq = input_mask.shape[-1]
     keys = keys & jnp.tril(jnp.ones((seq, seq), bool))[None, None]
+  if window:
+    index = jnp.arange(seq)
+    keys = keys & (jnp.abs(index[:, None] - index[None, :]) <= window // 2)[None, None]
   return keys
 
 
 class _Projection(nn.Module):
-  """A kernel between the hidden axis and the (heads, head_dim) axes, and its bias, created but
-  not applied: [m, h, d] for Q, K and V (`into_heads`), [h, d, m] for the output.
+  """A kernel between the hidden axis and the (heads, head_dim) axes, and its bias (None when
+  `use_bias` is off), created but not applied: [m, h, d] for Q, K and V (`into_heads`),
+  [h, d, m] for the output.
 
   They are the parameters `nn.DenseGeneral` would make under the same name (same shapes, axes,
   initial values), so checkpoints and the Hugging Face mapping see `query`, `key`, `value` and
@@ -51,7 +58,7 @@ class _Projection(nn.Module):
   into_heads: bool = True
 
   @nn.compact
-  def __call__(self) -> tuple[jax.Array, jax.Array]:
+  def __call__(self) -> tuple[jax.Array, jax.Array | None]:
     cfg = self.config
     heads, hidden = (cfg.num_heads, cfg.head_dim), cfg.hidden_size
     if self.into_heads:  # x [b, s, m] @ [m, h, d]
@@ -61,18 +68,22 @@ class _Projection(nn.Module):
       shape, axes, flat = (*heads, hidden), ('heads', 'kv', 'embed'), (np.prod(heads), hidden)
       bias_shape, bias_axes = (hidden,), ('embed',)
 
+    draw = truncated_normal(cfg, 'in' if self.into_heads else 'out')
+
     def init(key, full_shape, dtype=jnp.float32):
       # DenseGeneral draws its kernel as [in, out] and reshapes; so do we, for equal values.
-      return nn.initializers.truncated_normal(stddev=cfg.initializer_range)(
-          key, tuple(int(n) for n in flat), dtype).reshape(full_shape)
+      return draw(key, tuple(int(n) for n in flat), dtype).reshape(full_shape)
 
     kernel = self.param('kernel', nn.with_logical_partitioning(init, axes), shape, jnp.float32)
+    if not cfg.use_bias:
+      return kernel, None
     bias = self.param('bias', zeros_init(bias_axes), bias_shape, jnp.float32)
     return kernel, bias
 
 
 class SelfAttention(nn.Module):
-  """Q/K/V and output projections with bias, scaled dot-product, dropout on the probabilities.
+  """Q/K/V and output projections (biases unless `use_bias` is off), rotary positions on Q and
+  K when given, scaled dot-product, dropout on the probabilities.
 
   Q, K and V are one matmul against their three kernels stacked ([m, 3, h, d]): one larger
   product keeps the CPU's matmul units busier than three, and the backward pass sums the
@@ -88,19 +99,24 @@ class SelfAttention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: jax.Array, *, rope=None, deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
-    """`mask`: `attention_mask(...)`, made once per forward pass by the encoder."""
+    """`mask`: `attention_mask(...)`, made once per forward pass by the encoder (a local
+    layer's with its band). `rope`: (cos, sin) [b, s, d] from `rotary.rope_tables`, or None."""
     cfg = self.config
     dtype = compute_dtype(cfg)
     params = [_Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
     kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [m, 3, h, d]
-    bias = jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
-    qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ()))) + bias
+    qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ())))
+    if cfg.use_bias:
+      qkv = qkv + jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
     dropout_active = not deterministic and cfg.attention_dropout_rate > 0
     probs = None
     if return_probs or dropout_active or cfg.attention_impl == 'explicit':
       query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # [b, h, s, d] each
+      if rope is not None:
+        cos, sin = (t[:, None] for t in rope)
+        query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
       scores = jnp.einsum('bhqd,bhkd->bhqk', query, key) / jnp.sqrt(cfg.head_dim).astype(dtype)
       scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
       probs = jax.nn.softmax(scores, axis=-1)
@@ -108,14 +124,19 @@ class SelfAttention(nn.Module):
       context = jnp.einsum('bhqk,bhkd->bqhd', dropped.astype(dtype), value)
     else:
       query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [b, s, h, d] each
+      if rope is not None:
+        cos, sin = (t[:, :, None] for t in rope)
+        query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
       # cuDNN takes a mask only as a bias of the scores' own shape: [b, 1, q, k], not the
       # [b, 1, 1, k] that broadcasts; any mask (padding anywhere, causal) stays exact. Packed
       # rows come as the same mask: dot_product_attention's query/key_seq_lengths describe
-      # one example per row, so they cannot say where packed examples begin.
+      # one example per row, so they cannot say where packed examples begin. A local layer's
+      # band travels in the mask too: cuDNN's sliding window is one-sided (causal) only.
       context = jax.nn.dot_product_attention(
           query, key, value, mask=jnp.broadcast_to(mask, (x.shape[0], 1, x.shape[1], x.shape[1])),
           implementation=cfg.attention_impl)
     out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
     out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
-    out = out + out_bias.astype(dtype)
+    if out_bias is not None:
+      out = out + out_bias.astype(dtype)
     return out, probs

@@ -1,4 +1,5 @@
-"""Token + learned absolute position + segment embeddings, then LayerNorm and dropout."""
+"""Token embeddings, plus learned absolute positions and segments where the config has them,
+then LayerNorm (unless `embedding_norm` is off) and dropout."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from encoder.modules.config import ModelConfig
 
 
 class Embeddings(nn.Module):
-  """BERT's input embeddings. `word_embeddings` is also the MLM decoder (tied weights)."""
+  """The input embeddings. `word_embeddings` is also the MLM decoder (tied weights).
+
+  BERT adds a position table and a segment (sentence A/B) table; rotary or no positions
+  (`position_embedding`) make no table, and `type_vocab_size=0` no segment table (ModernBERT
+  has neither).
+  """
   config: ModelConfig
 
   def setup(self):
@@ -22,16 +28,25 @@ class Embeddings(nn.Module):
                       embedding_init=kernel_init(cfg, axes))
 
     self.word_embeddings = embed(cfg.vocab_size, ('vocab', 'embed'))
-    self.position_embeddings = embed(cfg.max_position_embeddings, (None, 'embed'))
-    self.segment_embeddings = embed(cfg.type_vocab_size, (None, 'embed'))
-    self.norm = layer_norm(cfg, 'norm')
+    if cfg.position_embedding == 'learned':
+      self.position_embeddings = embed(cfg.max_position_embeddings, (None, 'embed'))
+    if cfg.type_vocab_size:
+      self.segment_embeddings = embed(cfg.type_vocab_size, (None, 'embed'))
+    if cfg.embedding_norm:
+      self.norm = layer_norm(cfg, 'norm')
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
                positions: jax.Array | None = None, *, deterministic: bool = True) -> jax.Array:
     """`positions`: per-token position ids (restarting per packed example); None: 0, 1, ..."""
-    if positions is None:
-      positions = jnp.arange(input_ids.shape[-1])[None, :]
-    x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
-         + self.segment_embeddings(segment_ids))
-    return self.dropout(self.norm(x), deterministic=deterministic)
+    cfg = self.config
+    x = self.word_embeddings(input_ids)
+    if cfg.position_embedding == 'learned':
+      if positions is None:
+        positions = jnp.arange(input_ids.shape[-1])[None, :]
+      x = x + self.position_embeddings(positions)
+    if cfg.type_vocab_size:
+      x = x + self.segment_embeddings(segment_ids)
+    if cfg.embedding_norm:
+      x = self.norm(x)
+    return self.dropout(x, deterministic=deterministic)

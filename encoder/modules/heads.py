@@ -31,13 +31,33 @@ class MlmHead(nn.Module):
     cfg = self.config
     if masked_positions is not None:
       sequence = gather_positions(sequence, masked_positions)
-    act = 'gelu' if cfg.activation == 'geglu' else cfg.activation
-    h = activation(act, dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'transform')(sequence))
-    h = layer_norm(cfg, 'transform_norm')(h)
+    h = _transform(cfg, sequence)
     bias = self.param('output_bias', zeros_init(('vocab',)), (cfg.vocab_size,), jnp.float32)
     dtype = compute_dtype(cfg)
     logits = matmul.matmul(h.astype(dtype), embedding_table.astype(dtype).T)
     return logits.astype(jnp.float32) + bias
+
+
+def _transform(cfg: ModelConfig, x: jax.Array) -> jax.Array:
+  """dense -> activation -> LayerNorm: the MLM head's, and (`classifier_head=mlp`) the one
+  ModernBERT puts before each classifier. Gated MLPs use GELU here, as ModernBERT does.
+  Called inside a compact `__call__`, so its layers belong to the calling head."""
+  act = 'gelu' if cfg.activation in ('geglu', 'swiglu') else cfg.activation
+  h = activation(act, dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'transform',
+                            role='out')(x))
+  return layer_norm(cfg, 'transform_norm')(h)
+
+
+def _classifier(cfg: ModelConfig, x: jax.Array, features: int, *, deterministic: bool,
+                dropout: bool = True) -> jax.Array:
+  """[ModernBERT's transform ->] dropout -> dense to `features` logits (float32). The last
+  dense keeps its bias whatever `use_bias` says, as ModernBERT's classifiers do."""
+  if cfg.classifier_head == 'mlp':
+    x = _transform(cfg, x)
+  if dropout:
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+  logits = dense(cfg, features, ('embed', None), 'dense', role='final', use_bias=True)(x)
+  return logits.astype(jnp.float32)
 
 
 class NspHead(nn.Module):
@@ -46,36 +66,38 @@ class NspHead(nn.Module):
 
   @nn.compact
   def __call__(self, pooled: jax.Array) -> jax.Array:
-    return dense(self.config, 2, ('embed', None), 'dense')(pooled).astype(jnp.float32)
+    return dense(self.config, 2, ('embed', None), 'dense', role='final',
+                 use_bias=True)(pooled).astype(jnp.float32)
 
 
 class ClassificationHead(nn.Module):
-  """Dropout + dense on the pooled output; `num_labels=1` is regression."""
+  """Dropout + dense on the pooled output (`classifier_head=mlp`: ModernBERT's transform
+  first); `num_labels=1` is regression."""
   config: ModelConfig
   num_labels: int
 
   @nn.compact
   def __call__(self, pooled: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    x = nn.Dropout(self.config.dropout_rate)(pooled, deterministic=deterministic)
-    return dense(self.config, self.num_labels, ('embed', None), 'dense')(x).astype(jnp.float32)
+    return _classifier(self.config, pooled, self.num_labels, deterministic=deterministic)
 
 
 class TokenClassificationHead(nn.Module):
-  """Dropout + dense on every token: [batch, seq, num_labels]."""
+  """Dropout + dense on every token (`classifier_head=mlp`: the transform first):
+  [batch, seq, num_labels]."""
   config: ModelConfig
   num_labels: int
 
   @nn.compact
   def __call__(self, sequence: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    x = nn.Dropout(self.config.dropout_rate)(sequence, deterministic=deterministic)
-    return dense(self.config, self.num_labels, ('embed', None), 'dense')(x).astype(jnp.float32)
+    return _classifier(self.config, sequence, self.num_labels, deterministic=deterministic)
 
 
 class SpanHead(nn.Module):
-  """Start and end logits per token for extractive QA: two [batch, seq] arrays."""
+  """Start and end logits per token for extractive QA: two [batch, seq] arrays (a dense, as
+  BERT's; `classifier_head=mlp`: the transform first)."""
   config: ModelConfig
 
   @nn.compact
   def __call__(self, sequence: jax.Array) -> tuple[jax.Array, jax.Array]:
-    logits = dense(self.config, 2, ('embed', None), 'dense')(sequence).astype(jnp.float32)
+    logits = _classifier(self.config, sequence, 2, deterministic=True, dropout=False)
     return logits[..., 0], logits[..., 1]

@@ -1,4 +1,4 @@
-"""Encoder block, encoder stack and [CLS] pooler. Shape letters: see `encoder.modules`."""
+"""Encoder block, encoder stack and pooler. Shape letters: see `encoder.modules`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from encoder.modules.attention import SelfAttention, attention_mask
 from encoder.modules.common import activation, dense, layer_norm
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
+from encoder.modules.rotary import rope_tables
 
 # Logical layouts of the activations the mesh strategy pins (no-ops elsewhere): the residual
 # stream [b, s, m] and the MLP's hidden [b, s, f]. Pinning these few is enough for XLA to keep
@@ -20,40 +21,51 @@ ACTIVATION_MLP = ('batch', 'length', 'mlp')
 
 
 class Mlp(nn.Module):
-  """dense -> GELU -> dense; `geglu` gates the GELU with a second projection (Shazeer, 2020)."""
+  """dense -> GELU -> dense; `geglu` / `swiglu` gate the GELU / SiLU of one projection with a
+  second (Shazeer, 2020), as ModernBERT / NeoBERT do."""
   config: ModelConfig
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     cfg = self.config
-    if cfg.activation == 'geglu':
+    up = dense(cfg, cfg.intermediate_size, ('embed', 'mlp'), 'intermediate')
+    if cfg.activation in ('geglu', 'swiglu'):
       gate = dense(cfg, cfg.intermediate_size, ('embed', 'mlp'), 'gate')(x)
-      up = dense(cfg, cfg.intermediate_size, ('embed', 'mlp'), 'intermediate')(x)
-      h = jax.nn.gelu(gate, approximate=False) * up
+      gate = (jax.nn.gelu(gate, approximate=False) if cfg.activation == 'geglu'
+              else jax.nn.silu(gate))
+      h = gate * up(x)
     else:
-      h = activation(cfg.activation, dense(cfg, cfg.intermediate_size, ('embed', 'mlp'),
-                                           'intermediate')(x))
+      h = activation(cfg.activation, up(x))
     h = nn.with_logical_constraint(h, ACTIVATION_MLP)
-    return dense(cfg, cfg.hidden_size, ('mlp', 'embed'), 'output')(h)
+    return dense(cfg, cfg.hidden_size, ('mlp', 'embed'), 'output', role='out')(h)
 
 
 class EncoderBlock(nn.Module):
-  """Attention and MLP sublayers with residuals; LayerNorm after each (BERT) or before (pre-LN)."""
+  """Attention and MLP sublayers with residuals; LayerNorm after each (BERT) or before (pre-LN).
+
+  `normalize_input=False` drops a pre-LN block's attention norm (ModernBERT's layer 0, whose
+  input the embedding norm has just normalised).
+  """
   config: ModelConfig
+  normalize_input: bool = True
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: jax.Array, *, rope=None, deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
     cfg = self.config
     attention = SelfAttention(cfg, name='attention')
-    attention_norm, mlp_norm = layer_norm(cfg, 'attention_norm'), layer_norm(cfg, 'mlp_norm')
+    pre_norm = cfg.norm == 'pre'
+    attention_norm = (layer_norm(cfg, 'attention_norm')
+                      if self.normalize_input or not pre_norm else lambda h: h)
+    mlp_norm = layer_norm(cfg, 'mlp_norm')
     mlp = Mlp(cfg, name='mlp')
     drop = nn.Dropout(cfg.dropout_rate)
 
     def attend(h):
-      return attention(h, mask, deterministic=deterministic, return_probs=return_probs)
+      return attention(h, mask, rope=rope, deterministic=deterministic,
+                       return_probs=return_probs)
 
-    if cfg.norm == 'pre':
+    if pre_norm:
       a, probs = attend(attention_norm(x))
       x = x + drop(a, deterministic=deterministic)
       x = x + drop(mlp(mlp_norm(x)), deterministic=deterministic)
@@ -67,8 +79,9 @@ class EncoderBlock(nn.Module):
 @flax.struct.dataclass
 class EncoderOutput:
   sequence_output: jax.Array  # [b, s, m]
-  pooled_output: jax.Array  # [b, m]: dense + tanh of the [CLS] position ([b, e, m]: of each
-  #                           of `pool_positions`' e positions, a packed row's [CLS] tokens)
+  pooled_output: jax.Array  # [b, m]: the pooled vector (the [CLS] token's or the mean of the
+  #                           real tokens' per `pooling`), through dense + tanh unless
+  #                           `pooler=none` ([b, e, m]: per packed example of `pool_positions`)
   attention_probs: tuple[jax.Array, ...] | None = None  # per layer [b, h, q, k]
 
 
@@ -79,10 +92,12 @@ class Encoder(nn.Module):
   def setup(self):
     cfg = self.config
     self.embeddings = Embeddings(cfg)
-    self.layers = [EncoderBlock(cfg, name=f'layer_{i}') for i in range(cfg.num_layers)]
+    self.layers = [EncoderBlock(cfg, normalize_input=i > 0 or cfg.first_attention_norm,
+                                name=f'layer_{i}') for i in range(cfg.num_layers)]
     if cfg.norm == 'pre':
       self.final_norm = layer_norm(cfg, 'final_norm')
-    self.pooler = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
+    if cfg.pooler == 'tanh':
+      self.pooler = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
 
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
                input_mask: jax.Array | None = None, *,
@@ -93,9 +108,10 @@ class Encoder(nn.Module):
     """`segment_ids` are BERT's sentence A/B ids. A packed row, several examples in one, also
     gives `input_segmentation` (each token's example id, 1, 2, ...; 0 = padding), whose
     examples attend only within themselves, and `input_positions` (positions restarting at
-    each example's first token); without them a row is one example, positions 0, 1, ...
-    `pool_positions` [b, e] pools each row at those e positions (every packed example's
-    [CLS]) instead of position 0 alone."""
+    each example's first token, for learned and rotary positions alike); without them a row
+    is one example, positions 0, 1, ... `pool_positions` [b, e] pools each row's e packed
+    examples (at their [CLS] tokens, or over their tokens under `pooling=mean`) instead of
+    the row as one."""
     cfg = self.config
     if input_ids.shape[-1] > cfg.max_position_embeddings:
       raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
@@ -107,21 +123,51 @@ class Encoder(nn.Module):
     x = nn.with_logical_constraint(
         self.embeddings(input_ids, segment_ids, input_positions, deterministic=deterministic),
         ACTIVATION)
-    mask = attention_mask(input_mask, cfg.attention, input_segmentation)
+    masks, ropes = self._layer_inputs(input_mask, input_segmentation, input_positions)
     all_probs = []
-    for layer in self.layers:
-      x, probs = layer(x, mask, deterministic=deterministic, return_probs=return_probs)
+    for i, layer in enumerate(self.layers):
+      kind = 'local' if cfg.is_local(i) else 'global'
+      x, probs = layer(x, masks[kind], rope=ropes[kind], deterministic=deterministic,
+                       return_probs=return_probs)
       x = nn.with_logical_constraint(x, ACTIVATION)
       all_probs.append(probs)
     if cfg.norm == 'pre':
       x = self.final_norm(x)
-    if pool_positions is None:
-      first = x[:, 0]
-    else:
-      first = jnp.take_along_axis(x, pool_positions[..., None].astype(jnp.int32), axis=1)
-    pooled = jnp.tanh(self.pooler(first))
+    pooled = self._pool(x, input_mask, input_segmentation, pool_positions)
+    if cfg.pooler == 'tanh':
+      pooled = jnp.tanh(self.pooler(pooled))
     return EncoderOutput(sequence_output=x, pooled_output=pooled,
                          attention_probs=tuple(all_probs) if return_probs else None)
+
+  def _layer_inputs(self, input_mask, segmentation, positions) -> tuple[dict, dict]:
+    """The attention mask and rotary tables of global and local layers, made once per pass."""
+    cfg = self.config
+    masks = {'global': attention_mask(input_mask, cfg.attention, segmentation)}
+    if any(cfg.is_local(i) for i in range(cfg.num_layers)):
+      masks['local'] = attention_mask(input_mask, cfg.attention, segmentation, cfg.local_window)
+    ropes = {'global': None, 'local': None}
+    if cfg.position_embedding == 'rope':
+      if positions is None:
+        positions = jnp.arange(input_mask.shape[-1])[None, :]
+      ropes = {kind: rope_tables(positions, cfg.head_dim, theta) for kind, theta in
+               (('global', cfg.rope_theta), ('local', cfg.local_rope_theta))}
+    return masks, ropes
+
+  def _pool(self, x, input_mask, segmentation, pool_positions) -> jax.Array:
+    """[b, m] (or [b, e, m] for packed rows): the [CLS] token's vector or the real tokens'
+    mean."""
+    if self.config.pooling == 'cls':
+      if pool_positions is None:
+        return x[:, 0]
+      return jnp.take_along_axis(x, pool_positions[..., None].astype(jnp.int32), axis=1)
+    if pool_positions is None:
+      weights = input_mask.astype(x.dtype)[:, None, :]  # [b, 1, s]
+    else:  # slot j's tokens carry segmentation id j + 1
+      slots = jnp.arange(1, pool_positions.shape[-1] + 1)
+      weights = (segmentation[:, None, :] == slots[None, :, None]).astype(x.dtype)  # [b, e, s]
+    summed = jnp.einsum('bes,bsm->bem', weights, x)
+    mean = summed / jnp.maximum(weights.sum(-1, keepdims=True), 1)
+    return mean[:, 0] if pool_positions is None else mean
 
   def word_embedding_table(self) -> jax.Array:
     """The [vocab, hidden] matrix the MLM head decodes through (weight tying)."""

@@ -26,13 +26,8 @@ from ml_collections import config_dict
 from encoder import storage
 from encoder.configs import with_fields
 from encoder.errors import ConfigError
-from encoder.modules.config import resolved_fields
+from encoder.modules.config import ARCHITECTURE_FIELDS, resolved_fields
 from encoder.train.checkpoint import find_run_directory
-
-# The fields an `init_from` run dictates: its weights only fit an encoder of its own shape.
-ARCHITECTURE_FIELDS = ('size', 'vocab_size', 'hidden_size', 'num_layers', 'num_heads',
-                       'intermediate_size', 'max_position_embeddings', 'type_vocab_size',
-                       'attention', 'norm', 'activation', 'initializer_range', 'layer_norm_eps')
 
 
 def init_from_fields(config) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from encoder.describe import count, parameter_shapes
-from encoder.modules.config import SIZES, ModelConfig
+from encoder.modules.config import BERT_SIZES, ModelConfig
 from encoder.modules.heads import (
   ClassificationHead,
   MlmHead,
@@ -91,7 +91,7 @@ def bert_parameter_count(layers, hidden, heads, vocab, positions=512, segments=2
     # in issue #2 of this project.
     ('base', 110_106_428), ('large', 336_226_108), ('tiny', 4_433_468)])
 def test_parameter_count_matches_the_architecture_and_hugging_face(size, hf_count):
-  layers, hidden, heads = SIZES[size]
+  layers, hidden, heads = BERT_SIZES[size]
   cfg = ModelConfig(vocab_size=30522, hidden_size=hidden, num_layers=layers, num_heads=heads,
                     intermediate_size=4 * hidden)
   batch = {k: jnp.zeros((1, 8) if k != 'nsp_label' else (1,), jnp.int32)

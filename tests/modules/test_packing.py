@@ -46,9 +46,16 @@ def _alone(ids, segments) -> dict:
   return row
 
 
-def _model(impl: str, attention: str, norm: str):
+# ModernBERT's architecture at this size: RoPE restarting per example, a 4-token window on
+# layer 1 (layer 0 global), no biases, GeGLU, mean pooling.
+MODERN = dict(position_embedding='rope', local_window=4, global_every=2, use_bias=False,
+              first_attention_norm=False, activation='geglu', type_vocab_size=0,
+              pooler='none', pooling='mean')
+
+
+def _model(impl: str, attention: str, norm: str, **fields):
   config = tiny_config(attention=attention, attention_impl=impl, norm=norm, dropout_rate=0.0,
-                       attention_dropout_rate=0.0, max_position_embeddings=SEQ)
+                       attention_dropout_rate=0.0, max_position_embeddings=SEQ, **fields)
   model = Encoder(config)
   return model, model.init(jax.random.key(1), **_alone(*_examples()[0]))
 
@@ -62,11 +69,14 @@ def _loss(model, weights, span):
   return loss
 
 
-@pytest.mark.parametrize('attention', ['bidirectional', 'causal'])
+@pytest.mark.parametrize('attention, arch', [('bidirectional', 'bert'), ('causal', 'bert'),
+                                             ('bidirectional', 'modern')])
 @pytest.mark.parametrize('impl', ['explicit', 'xla'])
-def test_a_packed_example_equals_itself_alone(impl, attention):
-  # Pre-LN on the causal cases, so both norm placements are covered at half the cases.
-  model, variables = _model(impl, attention, 'pre' if attention == 'causal' else 'post')
+def test_a_packed_example_equals_itself_alone(impl, attention, arch):
+  # Pre-LN on the causal and modern cases, so both norm placements are covered.
+  modern = MODERN if arch == 'modern' else {}
+  model, variables = _model(impl, attention, 'post' if attention == 'bidirectional' and not modern
+                            else 'pre', **modern)
   examples = _examples()
   packed = _packed(examples)
   out = model.apply(variables, **packed).sequence_output
@@ -111,10 +121,13 @@ def test_the_packed_mask_is_block_diagonal_and_padding_sees_only_padding():
   assert causal.any(axis=1).all()  # no query is left without a key
 
 
-def test_pool_positions_pool_each_packed_example_as_it_pools_alone():
-  """A packed row pooled at its examples' [CLS] positions gives each one's pooled output, as
-  packed classification reads it; without `pool_positions` the pooler reads position 0."""
-  model, variables = _model('explicit', 'bidirectional', 'post')
+@pytest.mark.parametrize('arch', ['bert', 'modern'])
+def test_pool_positions_pool_each_packed_example_as_it_pools_alone(arch):
+  """A packed row pooled at its examples' [CLS] positions (modern: over their tokens, mean
+  pooling) gives each one's pooled output, as packed classification reads it; without
+  `pool_positions` the pooler reads the row as one."""
+  model, variables = _model('explicit', 'bidirectional', 'pre' if arch == 'modern' else 'post',
+                            **(MODERN if arch == 'modern' else {}))
   examples = _examples()
   starts = np.cumsum([0, *LENGTHS[:-1]]).astype(np.int32)[None]
   pooled = model.apply(variables, **_packed(examples), pool_positions=starts).pooled_output

@@ -16,7 +16,12 @@ import logging
 import numpy as np
 
 from encoder.data.finetune.squad_examples import QAExample, answer_span
-from encoder.data.tokenizer import SentencePieceTokenizer, Tokenizer, WordPieceTokenizer
+from encoder.data.tokenizer import (
+  JsonTokenizer,
+  SentencePieceTokenizer,
+  Tokenizer,
+  WordPieceTokenizer,
+)
 from encoder.errors import ConfigError, DataError
 
 log = logging.getLogger('encoder')
@@ -25,7 +30,7 @@ log = logging.getLogger('encoder')
 def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int], np.ndarray]]:
   """(ids, [n, 2] character spans) of each text, with the ids `tokenizer.encode` gives."""
   texts = [_without_surrogates(t) for t in texts]
-  if isinstance(tokenizer, WordPieceTokenizer):
+  if isinstance(tokenizer, WordPieceTokenizer | JsonTokenizer):
     encodings = tokenizer.tok.encode_batch(list(texts), add_special_tokens=False)
     raw = [(e.ids, e.offsets) for e in encodings]
   elif isinstance(tokenizer, SentencePieceTokenizer):
@@ -36,7 +41,7 @@ def token_spans(tokenizer: Tokenizer, texts: list[str]) -> list[tuple[list[int],
                   [(chars[p.begin], chars[p.end]) for p in proto.pieces]))
   else:
     raise DataError(f'{type(tokenizer).__name__} gives no character offsets: question '
-                    'answering needs a SentencePiece or WordPiece tokenizer')
+                    'answering needs a SentencePiece, WordPiece or tokenizer.json tokenizer')
   return [(list(ids), _strip(text, offsets)) for text, (ids, offsets) in
           zip(texts, raw, strict=True)]
 
