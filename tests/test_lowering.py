@@ -121,3 +121,40 @@ def test_packed_encode_lowers_for_cuda_and_tpu(impl, attention):
       p, i, s, m, input_segmentation=e, input_positions=pos).sequence_output)
   text = export(forward, params, ids, ids, ids, ids, ids)
   assert 'compare' in text  # the mask is built from the example ids inside the module
+
+
+# ModernBERT's architecture (RoPE, a local window on layer 1, no biases, GeGLU) on packed rows.
+MODERN = ('model.size=modern_tiny', 'model.local_window=16', 'data.nsp=false',
+          'data.packing=documents')
+
+
+def test_modern_packed_train_and_eval_steps_lower_for_cuda_and_tpu():
+  config, task, model, tx, state, batch = setup('bfloat16', 'xla', *MODERN)
+  assert model.config.is_local(1) and 'input_positions' in batch
+  train = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
+                            axis_name='batch')
+  export(pmap_as_shard_map(train, (P(), P('batch')), (P(), P())), state, batch)
+  evaluate = functools.partial(eval_step, model=model, task=task, axis_name='batch')
+  export(pmap_as_shard_map(evaluate, (P(), P('batch')), P()), state.params, batch)
+  config, task, model, tx, state, batch = setup(
+      'bfloat16', 'explicit', *MODERN, 'parallel.strategy=mesh', 'parallel.mesh_shape.data=2',
+      'parallel.mesh_shape.fsdp=4')
+  strategy = MeshStrategy(config.parallel)
+  strategy.lay_out(model, tx, task.dummy_batch(config))
+  train, evaluate = strategy.steps(model, task, tx, 1)
+  export(train, state, batch)
+  export(evaluate, state.params, batch)
+
+
+@pytest.mark.parametrize('impl', ['explicit', 'xla'])
+def test_modern_packed_encode_lowers_for_cuda_and_tpu(impl):
+  cfg = model_config({'size': 'modern_tiny', 'local_window': 8, 'vocab_size': 512,
+                      'attention_impl': impl, 'dtype': 'bfloat16'}, platform='cpu')
+  ids = jax.ShapeDtypeStruct((4, 32), jnp.int32)
+  encoder = Encoder(cfg)
+  params = jax.eval_shape(lambda: nn.unbox(encoder.init(jax.random.key(0),
+                                                        jnp.zeros((1, 32), jnp.int32))))
+  forward = jax.jit(lambda p, i, m, e, pos: encoder.apply(
+      p, i, None, m, input_segmentation=e, input_positions=pos).pooled_output)
+  text = export(forward, params, ids, ids, ids, ids)
+  assert 'cosine' in text and 'sine' in text  # the rotary tables, from the positions given

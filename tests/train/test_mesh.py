@@ -163,3 +163,16 @@ def test_fsdp_activations_take_no_more_memory_than_data_parallel():
     temporaries[name] = memory.temp_size_in_bytes
   print(f'temporaries per device: {temporaries}')
   assert temporaries['fsdp=8'] <= 1.1 * temporaries['data=8']
+
+
+def test_modern_fields_on_an_fsdp_tensor_mesh_match_pmap():
+  """RoPE, a local layer, no biases, GeGLU: their parameters take logical axes like BERT's."""
+  modern = ['model.size=modern_tiny', 'model.local_window=16', 'data.nsp=false']
+  config, _, model, _ = tiny_setup(*modern)
+  assert model.config.use_bias is False and model.config.is_local(1)
+  batches = random_batches(config, 2)
+  pmap_losses, pmap_params, _ = run_steps(modern, batches)
+  losses, params, _ = run_steps([*modern, *MESHES['data=2,fsdp=2,tensor=2']], batches)
+  np.testing.assert_allclose(losses, pmap_losses, rtol=2e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6),
+               params, pmap_params)
