@@ -149,3 +149,31 @@ def test_step_profile_prints_a_row_per_side(capsys):
   for r in rows:
     assert r['step_ms'] > 0 and r['busy_ms'] > 0 and len(r['top_ops']) == 3
     assert abs(sum(r['categories'].values()) - r['busy_ms']) < 0.05 * r['busy_ms']
+
+
+@pytest.mark.parametrize('size', ['mini', 'modern_mini'])
+def test_model_flops_count_the_models_own_kernels_and_the_local_band(size):
+  """6 N B T with N counted from the model's parameter shapes (the encoder's kernels, bar the
+  embedding tables); the attention term over the band a local layer sees."""
+  import flax.linen as nn
+  import jax
+  import numpy as np
+
+  from benchmarks.common.step_timing import keys_per_query, model_flops
+  from encoder.modules.config import model_config
+  from encoder.modules.transformer import Encoder
+  cfg = model_config({'size': size, 'vocab_size': 1000})
+  shapes = jax.eval_shape(lambda: nn.unbox(Encoder(cfg).init(
+      jax.random.key(0), np.zeros((1, 4), np.int32)))['params'])
+  kernels = sum(int(np.prod(leaf.shape)) for path, leaf in
+                jax.tree_util.tree_flatten_with_path(shapes)[0]
+                if path[-1].key == 'kernel')
+  batch, seq = 2, 128
+  attention = model_flops(cfg, batch, seq, 0) - 6 * kernels * batch * seq
+  local = [cfg.is_local(i) for i in range(cfg.num_layers)]
+  assert any(local) == (size == 'modern_mini')
+  want = sum(12 * cfg.hidden_size * batch * seq * (keys_per_query(seq, cfg.local_window)
+                                                   if is_local else seq) for is_local in local)
+  assert attention == pytest.approx(want)
+  # A band as wide as the row is the whole row; a narrower one averages fewer keys.
+  assert keys_per_query(seq, 2 * seq) == seq and keys_per_query(seq, 64) < 65

@@ -11,9 +11,11 @@ from encoder.tasks import pretraining as task
 
 def bench_config(size: str, seq: int, batch: int, dtype: str, vocab: int, extra=()):
   """mlm_nsp_base at this model size, sequence, global batch, dtype and vocabulary, with the
-  `extra` overrides last: a config `setup_steps` takes as it is (no data to resolve)."""
+  `extra` overrides last: a config `setup_steps` takes as it is (no data to resolve). A
+  `modern_*` size trains without NSP, as ModernBERT's recipe (it has no pooler)."""
   config = configs.load_experiment('mlm_nsp_base')
-  configs.apply_overrides(config, [f'model.size={size}', f'data.max_seq_length={seq}',
+  modern = ['data.nsp=false'] if size.startswith('modern') else []
+  configs.apply_overrides(config, [f'model.size={size}', *modern, f'data.max_seq_length={seq}',
                                    f'train.batch_size={batch}', f'model.dtype={dtype}',
                                    f'model.vocab_size={vocab}', *extra])
   return config
