@@ -39,6 +39,9 @@ def test_print_config_applies_overrides():
     (['--exp', 'mlm_nsp_tiny', '--bogus'], "error: unrecognized argument '--bogus'"),
     ([], 'error: --exp NAME is required'),
     (['--exp', 'mlm_nsp_tiny', '--config.data.packing=documents'], 'needs data.nsp=false'),
+    (['--eval_suite', 'glue'], 'error: --eval_suite needs --config.init_from=RUN'),
+    (['--eval_suite', 'glue', f'--config.init_from={ROOT}/nope'], "init_from '"),
+    (['--eval_suite', 'glue', '--config.suite.seedz=2'], "did you mean 'suite.seeds'"),
 ])
 def test_user_errors_are_one_line_and_exit_2(args, message, tmp_path):
   out = launch(*args, '--workdir', str(tmp_path / 'w'))
@@ -66,3 +69,22 @@ def test_bad_run_inputs_are_one_line_errors_that_leave_the_workdir_alone(tmp_pat
   assert (workdir / 'config.json').read_text() == before
   assert sorted(p.name for p in workdir.iterdir()) == ['config.json']
   assert not (tmp_path / 'fresh').exists() and not (tmp_path / 'fresh2').exists()
+
+
+def test_eval_suite_dry_run_lists_each_run_as_its_launch_command(tmp_path):
+  run = tmp_path / 'run'
+  (run / 'tokenizer').mkdir(parents=True)
+  (run / 'config.json').write_text('{"model": {"size": "tiny"}}')
+  (tmp_path / 'glue' / 'RTE').mkdir(parents=True)
+  (tmp_path / 'glue' / 'RTE' / 'train.tsv').write_text(
+      'index\tsentence1\tsentence2\tlabel\n' + ''.join(
+          f'{i}\ta\tb\t{"not_" * (i % 2)}entailment\n' for i in range(20)))
+  out = launch('--eval_suite', 'glue', '--dry_run', f'--config.init_from={run}',
+               f'--config.suite.data_dir={tmp_path / "glue"}', '--config.suite.seeds=2',
+               '--config.train.num_steps=5', '--workdir', str(tmp_path / 'suite'))
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = out.stdout.splitlines()
+  assert len(lines) == 4  # RTE x (pretrained, scratch) x 2 seeds; the other tasks are missing
+  assert lines[0].startswith(f"{tmp_path / 'suite' / 'pretrained' / 'rte-seed0'}  --exp "
+                             f'classify_rte --config.init_from={run} ')
+  assert lines[-1].endswith('--config.train.seed=1 --config.train.num_steps=5')

@@ -168,3 +168,24 @@ def test_an_epoch_based_run_is_finished_at_the_length_its_run_resolved(tmp_path)
   assert finished(str(workdir), config)
   config.train.num_steps = 200  # a longer budget given by the user wins
   assert target_steps(str(workdir), config) == 200 and not finished(str(workdir), config)
+
+
+def test_the_report_gains_the_downstream_columns_of_suites_run_on_the_sweep(tmp_path):
+  sweep_dir = tmp_path / 'sweep'
+  for name, accuracy in (('nsp=true', 0.2), ('nsp=false', 0.3)):
+    write_status(str(sweep_dir / name), {'name': name, 'status': 'done',
+                                         'overrides': [f'data.{name}']})
+    (sweep_dir / name / 'metrics.jsonl').write_text(json.dumps(
+        {'step': 10, 'split': 'eval', 'mlm_accuracy': accuracy}) + '\n')
+  suite = {'arms': {arm: {'tasks': {'sst2': {'score': {'median': score}}}, 'average': score}
+                    for arm, score in (('nsp=true', 0.61), ('nsp=false', 0.66),
+                                       ('scratch', 0.52))}}
+  os.makedirs(sweep_dir / 'suites' / 'table5')
+  (sweep_dir / 'suites' / 'table5' / 'suite.json').write_text(json.dumps(suite))
+  records = write_report(str(sweep_dir))
+  assert [r['name'] for r in records] == ['nsp=false', 'nsp=true']  # suites/ is no run
+  lines = (sweep_dir / 'sweep.md').read_text().splitlines()
+  assert lines[0].endswith('| mlm_accuracy | table5:sst2 | table5:avg |')
+  assert lines[2].startswith('| nsp=false |') and lines[2].endswith('| 0.3000 | 0.6600 | 0.6600 |')
+  assert lines[4].startswith('| scratch | (baseline: no pretraining) |')
+  assert lines[4].endswith('|  | 0.5200 | 0.5200 |')

@@ -18,6 +18,7 @@ from encoder.suite import arms as arms_lib
 from encoder.suite import data_slices, options, plan, report, results
 from encoder.suite.execute import run_all
 from encoder.suite.tasks import suite_tasks
+from encoder.sweep.report import write_report as write_sweep_report
 from encoder.train.trainer import setup_logging
 
 log = logging.getLogger('encoder')
@@ -72,6 +73,9 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   write_report()
   complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
   summary = write_report()
+  sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
+  if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns
+    write_sweep_report(sweep_dir)
   log.info('suite %s %s in %.0f s: %s', name, 'finished' if complete else 'stopped',
            time.time() - start, os.path.join(suite_dir, 'suite.md'))
   return summary

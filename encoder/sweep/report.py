@@ -1,4 +1,5 @@
-"""The sweep's report, rebuilt from the run workdirs alone: sweep.csv, sweep.md, sweep.png."""
+"""The sweep's report, rebuilt from the run workdirs alone: sweep.csv, sweep.md, sweep.png (with
+the downstream scores of evaluation suites run on the sweep, SWEEP/suites/*/suite.json)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from encoder.sweep.status import last_step, read_status
 from encoder.train.metric_writer import read_metrics
 
 MAIN_METRIC = {'pretraining': 'mlm_accuracy'}
+SUITES_DIR = 'suites'  # where --eval_suite writes its suites on a sweep folder
 
 
 def collect(sweep_dir: str) -> list[dict]:
@@ -35,17 +37,45 @@ def collect(sweep_dir: str) -> list[dict]:
   return records
 
 
+def downstream_scores(sweep_dir: str) -> dict[str, dict[str, float | None]]:
+  """{arm: {'SUITE:TASK': median score, 'SUITE:avg': ...}} from every evaluation suite run on
+  this sweep (`launch.py --eval_suite NAME --config.init_from=SWEEP_DIR` writes
+  SWEEP_DIR/suites/NAME/suite.json); arms no run of the sweep has (`scratch`) included."""
+  scores: dict[str, dict[str, float | None]] = {}
+  suites_dir = os.path.join(sweep_dir, SUITES_DIR)
+  if not storage.isdir(suites_dir):
+    return scores
+  for name in sorted(storage.listdir(suites_dir)):
+    path = os.path.join(suites_dir, name, 'suite.json')
+    if not storage.isfile(path):
+      continue
+    for arm, result in json.loads(storage.read_text(path)).get('arms', {}).items():
+      row = scores.setdefault(arm, {})
+      for task, t in result.get('tasks', {}).items():
+        row[f'{name}:{task}'] = t.get('score', {}).get('median')
+      row[f'{name}:avg'] = result.get('average')
+  return scores
+
+
 def write_report(sweep_dir: str) -> list[dict]:
   """Rewrites sweep.csv, sweep.md and sweep.png from the run directories; returns their records
-  (none, and nothing written, when no run was attempted yet)."""
+  (none, and nothing written, when no run was attempted yet). Downstream scores of the
+  evaluation suites run on the sweep are columns beside the pretraining metrics."""
   records = collect(sweep_dir)
   if not records:
     return records
   metric_names = sorted({k for r in records for k in r['final'] if k not in ('step', 'split')})
-  header = ['run', 'overrides', 'status', 'steps', 'wall_clock_s', *metric_names]
+  downstream = downstream_scores(sweep_dir)
+  suite_columns = list(dict.fromkeys(c for row in downstream.values() for c in row))
+  header = ['run', 'overrides', 'status', 'steps', 'wall_clock_s', *metric_names, *suite_columns]
   rows = [[r['name'], ' '.join(r.get('overrides', [])), r.get('status', ''), r['steps'],
-           r.get('wall_clock_s', ''), *(_fmt(r['final'].get(m)) for m in metric_names)]
+           r.get('wall_clock_s', ''), *(_fmt(r['final'].get(m)) for m in metric_names),
+           *(_fmt(downstream.get(r['name'], {}).get(c)) for c in suite_columns)]
           for r in records]
+  names = {r['name'] for r in records}
+  rows += [[arm, '(baseline: no pretraining)' if arm == 'scratch' else '', '', '', '',
+            *([''] * len(metric_names)), *(_fmt(row.get(c)) for c in suite_columns)]
+           for arm, row in downstream.items() if arm not in names]
   table = io.StringIO(newline='')
   writer = csv.writer(table)
   writer.writerow(header)

@@ -1,0 +1,201 @@
+"""The suite's logic with a fake trainer: which runs it plans, what it skips on a rerun, what a
+failure leaves, and the numbers in its table."""
+
+import json
+import os
+
+import pytest
+
+from encoder.errors import ConfigError, DataError
+from encoder.suite import run_suite
+from encoder.suite.execute import device_share
+from encoder.suite.results import spread, task_result
+from encoder.sweep.status import read_status, write_status
+from tests.suite.conftest import fake_metric, fake_run, write_glue_dir
+
+BUDGET = ['train.num_steps=3', 'train.batch_size=8']
+
+
+def _suite(tmp_path, *extra, data_dir=None, run=None):
+  data_dir = data_dir or write_glue_dir(tmp_path / 'glue')
+  run = run or fake_run(tmp_path / 'run')
+  return run_suite('glue', [f'init_from={run}', f'suite.data_dir={data_dir}', 'suite.seeds=2',
+                            *BUDGET, *extra], str(tmp_path / 'suite'))
+
+
+def test_every_task_present_arm_and_seed_is_one_run_and_absent_tasks_are_listed(
+    tmp_path, fake_trainer):
+  summary = _suite(tmp_path)
+  assert fake_trainer.calls == ['pretrained/sst2-seed0', 'pretrained/sst2-seed1',
+                                'scratch/sst2-seed0', 'scratch/sst2-seed1',
+                                'pretrained/mrpc-seed0', 'pretrained/mrpc-seed1',
+                                'scratch/mrpc-seed0', 'scratch/mrpc-seed1']
+  assert sorted(summary['missing']) == ['cola', 'mnli', 'qnli', 'qqp', 'rte', 'stsb']
+  sst2 = summary['arms']['pretrained']['tasks']['sst2']
+  seeds = [fake_metric(str(tmp_path / 'suite' / 'pretrained' / f'sst2-seed{s}')) for s in (0, 1)]
+  assert sst2['metrics']['accuracy']['seeds'] == seeds
+  assert sst2['metrics']['accuracy']['median'] == pytest.approx(sum(seeds) / 2)
+  mrpc = summary['arms']['scratch']['tasks']['mrpc']
+  assert mrpc['official_metrics'] == ['f1', 'accuracy']
+  assert mrpc['score']['seeds'] == pytest.approx([1.5 * m / 2 for m in mrpc['metrics'][
+      'accuracy']['seeds']])  # the mean of F1 (score / 2 here) and accuracy
+  arm = summary['arms']['pretrained']
+  assert arm['glue_average'] == pytest.approx(
+      (arm['tasks']['sst2']['score']['median'] + arm['tasks']['mrpc']['score']['median']) / 2)
+  for name in ('suite.json', 'suite.csv', 'suite.md', 'suite.png'):
+    assert os.path.getsize(tmp_path / 'suite' / name) > 0
+  md = (tmp_path / 'suite' / 'suite.md').read_text()
+  assert '| pretrained |' in md and '| scratch |' in md and '- rte: no ' in md
+
+
+def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_path,
+                                                                            fake_trainer):
+  run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'num_layers': 2, 'norm': 'pre'})
+  _suite(tmp_path, 'train.learning_rate=1e-3', run=run)
+  pretrained = read_status(str(tmp_path / 'suite' / 'pretrained' / 'sst2-seed1'))['overrides']
+  assert pretrained[0] == f'init_from={run}'
+  assert 'train.seed=1' in pretrained and pretrained[-3:] == ['train.num_steps=3',
+                                                              'train.batch_size=8',
+                                                              'train.learning_rate=1e-3']
+  assert pretrained.index('train.learning_rate=2e-05') < pretrained.index(
+      'train.learning_rate=1e-3')  # the recipe's rate, then the user's
+  data = [o for o in pretrained if o.startswith('data.')]
+  assert data[0].endswith('/train.tsv') and data[1].endswith('/dev.tsv')
+  scratch = read_status(str(tmp_path / 'suite' / 'scratch' / 'sst2-seed0'))['overrides']
+  assert scratch[:2] == ['init_from=', f"data.tokenizer={os.path.join(run, 'tokenizer')}"]
+  assert {'model.size=tiny', 'model.num_layers=2', 'model.norm=pre'} <= set(scratch)
+
+
+def test_a_rerun_skips_finished_runs_and_reruns_only_the_interrupted(tmp_path, fake_trainer):
+  first = _suite(tmp_path)
+  table = (tmp_path / 'suite' / 'suite.csv').read_text()
+  fake_trainer.calls.clear()
+  assert _suite(tmp_path)['arms'] == first['arms'] and fake_trainer.calls == []
+  # A run killed mid-way: its status says interrupted and its metrics stop short.
+  killed = str(tmp_path / 'suite' / 'scratch' / 'mrpc-seed0')
+  write_status(killed, {**read_status(killed), 'status': 'interrupted'})
+  os.remove(os.path.join(killed, 'metrics.jsonl'))
+  assert _suite(tmp_path)['arms'] == first['arms']
+  assert fake_trainer.calls == ['scratch/mrpc-seed0']
+  assert (tmp_path / 'suite' / 'suite.csv').read_text() == table
+
+
+def test_a_failed_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, fake_trainer):
+  fake_trainer.fail['pretrained/mrpc-seed1'] = DataError('mrpc/train.tsv: no column x\nmore')
+  fake_trainer.fail['scratch/sst2-seed0'] = RuntimeError('out of memory')
+  summary = _suite(tmp_path)
+  assert len(fake_trainer.calls) == 8
+  mrpc = summary['arms']['pretrained']['tasks']['mrpc']
+  assert [r['status'] for r in mrpc['runs']] == ['done', 'failed']
+  assert mrpc['runs'][1]['error'] == 'mrpc/train.tsv: no column x'  # one line
+  assert len(mrpc['score']['seeds']) == 1  # the median of the seeds that finished
+  assert summary['arms']['scratch']['tasks']['sst2']['runs'][0]['error'] == (
+      'RuntimeError: out of memory')
+  md = (tmp_path / 'suite' / 'suite.md').read_text()
+  assert '- `pretrained/mrpc` seed 1: failed: mrpc/train.tsv: no column x' in md
+  fake_trainer.calls.clear()
+  fake_trainer.fail.clear()
+  _suite(tmp_path)  # a rerun retries the failed runs only
+  assert sorted(fake_trainer.calls) == ['pretrained/mrpc-seed1', 'scratch/sst2-seed0']
+
+
+def test_a_mistyped_override_or_an_unknown_suite_stops_before_any_run(tmp_path, fake_trainer):
+  with pytest.raises(ConfigError, match="unknown config key 'train.num_stpes'"):
+    _suite(tmp_path, 'train.num_stpes=3')
+  with pytest.raises(ConfigError, match="unknown suite 'glu'"):
+    run_suite('glu', [f"init_from={fake_run(tmp_path / 'run')}"], str(tmp_path / 's'))
+  with pytest.raises(ConfigError, match='needs --config.init_from'):
+    run_suite('glue', [], str(tmp_path / 's'))
+  assert fake_trainer.calls == []
+
+
+def test_checkpoint_steps_and_sweep_arms(tmp_path, fake_trainer):
+  run = fake_run(tmp_path / 'run', steps=(100, 200))
+  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
+  summary = _suite(tmp_path, 'suite.checkpoints=all', 'suite.seeds=1', data_dir=data_dir,
+                   run=run)
+  assert {a: v['step'] for a, v in summary['arms'].items()} == {
+      'step100': 100, 'step200': 200, 'scratch': None}
+  status = read_status(str(tmp_path / 'suite' / 'step200' / 'sst2-seed0'))
+  assert status['overrides'][0] == f"init_from={os.path.join(run, 'checkpoints', '200')}"
+  assert (tmp_path / 'suite' / 'suite_steps.png').exists()
+  with pytest.raises(ConfigError, match='no checkpoint at step 300'):
+    _suite(tmp_path, 'suite.checkpoints=300', run=run)
+  sweep = tmp_path / 'sweep'
+  for name in ('attention=bidirectional', 'attention=causal'):
+    fake_run(sweep / name)
+    write_status(str(sweep / name), {'name': name, 'status': 'done'})
+  summary = run_suite('glue', [f'init_from={sweep}', f'suite.data_dir={data_dir}',
+                               'suite.seeds=1', *BUDGET])
+  assert list(summary['arms']) == ['attention=bidirectional', 'attention=causal', 'scratch']
+  assert (sweep / 'suites' / 'glue' / 'suite.json').exists()  # where the sweep report looks
+  assert 'glue:sst2' in (sweep / 'sweep.md').read_text()
+
+
+def test_the_learning_rate_grid_reports_the_rate_with_the_best_median():
+  def runs(*scores):
+    return [{'seed': i, 'status': 'done', 'metrics': {'accuracy': s}}
+            for i, s in enumerate(scores)]
+  result = task_result('rte', {5e-5: runs(0.5, 0.9, 0.5), 2e-5: runs(0.6, 0.6, 0.7)})
+  assert result['learning_rate'] == 2e-5 and result['score']['median'] == 0.6
+  assert result['grid_medians'] == {'5e-05': 0.5, '2e-05': 0.6}
+  assert spread([0.3, 0.1, 0.2]) == {'seeds': [0.3, 0.1, 0.2], 'median': 0.2, 'min': 0.1,
+                                     'max': 0.3}
+
+
+def test_the_heldout_dev_slice_is_deterministic_disjoint_and_verbatim(tmp_path, fake_trainer):
+  data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
+  _suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30', data_dir=data_dir)
+  (folder,) = [f for f in os.listdir(tmp_path / 'suite' / 'data') if f.startswith('mrpc-')]
+  read = lambda name: (tmp_path / 'suite' / 'data' / folder / name).read_text(encoding='utf-8')  # noqa: E731
+  source = (tmp_path / 'glue' / 'MRPC' / 'train.tsv').read_text(encoding='utf-8')
+  header, *rows = source.splitlines()
+  train, dev = read('train.tsv').splitlines(), read('dev.tsv').splitlines()
+  assert train[0] == dev[0] == header and header.startswith('\ufeff')  # BOM and header kept
+  assert len(dev) - 1 == 10 and len(train) - 1 == 30
+  assert not set(train[1:]) & set(dev[1:]) and set(train[1:]) | set(dev[1:]) <= set(rows)
+  assert json.loads(read('slice.json'))['dev_units'] == 10
+  again = tmp_path / 'again'
+  run_suite('glue', [f"init_from={fake_run(tmp_path / 'run')}", f'suite.data_dir={data_dir}',
+                     'suite.seeds=1', 'suite.heldout_fraction=0.2', 'suite.train_size=30',
+                     *BUDGET], str(again))
+  assert (again / 'data' / folder / 'dev.tsv').read_text(encoding='utf-8') == read('dev.tsv')
+
+
+def test_conll_and_squad_files_are_sliced_by_sentence_and_paragraph(tmp_path, fake_trainer):
+  conll = tmp_path / 'conll'
+  conll.mkdir()
+  sentences = [f'Word{i} B-PER\nsaid O' for i in range(20)]
+  (conll / 'train.txt').write_text('-DOCSTART- O\n\n' + '\n\n'.join(sentences) + '\n')
+  run_suite('ner', [f"init_from={fake_run(tmp_path / 'run')}", f'suite.conll_dir={conll}',
+                    'suite.seeds=1', 'suite.scratch=false', 'suite.heldout_fraction=0.25',
+                    *BUDGET], str(tmp_path / 'suite'))
+  (folder,) = os.listdir(tmp_path / 'suite' / 'data')
+  parts = [(tmp_path / 'suite' / 'data' / folder / f).read_text().strip().split('\n\n')
+           for f in ('train.txt', 'dev.txt')]
+  assert sorted(parts[0] + parts[1]) == sorted(sentences) and len(parts[1]) == 5
+  squad = tmp_path / 'squad'
+  squad.mkdir()
+  articles = [{'title': f't{a}', 'paragraphs': [
+      {'context': f'c{a}{p}', 'qas': [{'id': f'{a}{p}', 'question': 'q?',
+                                       'answers': [{'text': 'c', 'answer_start': 0}]}]}
+      for p in range(5)]} for a in range(2)]
+  (squad / 'train-v1.1.json').write_text(json.dumps({'version': '1.1', 'data': articles}))
+  run_suite('squad', [f"init_from={fake_run(tmp_path / 'run')}", f'suite.squad_dir={squad}',
+                      'suite.seeds=1', 'suite.scratch=false', *BUDGET], str(tmp_path / 's2'))
+  (folder,) = os.listdir(tmp_path / 's2' / 'data')
+  dev = json.loads((tmp_path / 's2' / 'data' / folder / 'dev.json').read_text())
+  train = json.loads((tmp_path / 's2' / 'data' / folder / 'train.json').read_text())
+  ids = [q['id'] for d in (dev, train) for a in d['data'] for p in a['paragraphs']
+         for q in p['qas']]
+  assert len(dev['data']) == 1 and sorted(ids) == sorted(f'{a}{p}' for a in range(2)
+                                                         for p in range(5))
+
+
+def test_parallel_workers_get_disjoint_shares_of_cores_and_gpus(monkeypatch):
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+  shares = [device_share(slot, 2, {'CUDA_VISIBLE_DEVICES': '0,1,2,3'}) for slot in (0, 1)]
+  assert [cores for _, cores in shares] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+  assert [env['CUDA_VISIBLE_DEVICES'] for env, _ in shares] == ['0,1', '2,3']
+  env, cores = device_share(2, 3, {'TPU_VISIBLE_CHIPS': '0,1,2,3,4,5'})
+  assert cores == [4, 5] and env['TPU_VISIBLE_CHIPS'] == '4,5'
