@@ -236,3 +236,20 @@ def test_modern_presets_set_modernberts_architecture_and_explicit_fields_win():
 def test_bad_modern_fields_are_config_errors(fields, message):
   with pytest.raises(ConfigError, match=message):
     ModelConfig(**fields)
+
+
+@pytest.mark.parametrize('size, encoder_count', [
+    # transformers 5.24's ModernBertModel(ModernBertConfig(...)) at ModernBERT-base's and
+    # -large's shapes, vocabulary 50,368: sum(p.numel() for p in model.parameters()).
+    ('modern_base', 149_014_272), ('modern_large', 394_781_696)])
+def test_describe_counts_the_encoder_as_transformers_modernbertmodel(size, encoder_count):
+  from encoder.describe import describe
+  from encoder.tasks.pretraining import BertForPretraining
+  cfg = model_config({'size': size}, vocab_size=50368)
+  model = BertForPretraining(cfg, nsp=False)
+  batch = {'input_ids': jnp.zeros((1, 8), jnp.int32), 'segment_ids': jnp.zeros((1, 8), jnp.int32),
+           'input_mask': jnp.ones((1, 8), jnp.int32)}
+  text = describe(model, batch)
+  assert f'Encoder parameters: {encoder_count:,}' in text
+  rows = text.split('\n', 1)[1]  # after the config's repr
+  assert 'Heads: mlm ' in rows and 'pooler' not in rows and 'nsp' not in rows
