@@ -29,10 +29,11 @@ from __future__ import annotations
 import builtins
 import glob as globlib
 import os
+import re
 import shutil
 from urllib import parse
 
-from encoder import orbax_s3
+from encoder import orbax_s3, store_retry
 from encoder.errors import ConfigError
 
 SCHEMES = ('gs', 's3')
@@ -64,8 +65,30 @@ def check(path) -> str:
   if kind is not None and not parse.urlparse(text).netloc:
     raise ConfigError(f"storage URL '{text}' names no bucket: use {kind}://BUCKET/PATH")
   if kind is not None:
+    check_bucket_name(kind, parse.urlparse(text).netloc, text)
+  if kind is not None:
     configure()  # before any layer (Orbax included) is handed the URL
   return text
+
+
+# The names each store accepts (GCS: 3-63 characters, or up to 222 in dot-separated parts;
+# S3: 3-63), lower-case letters, digits and - . (and _ on GCS), a letter or digit at each end.
+# A name outside them is accepted by fsspec's clients for reads and listings, and refused only
+# by tensorstore at the first checkpoint: so it is refused here, before anything is written.
+_BUCKET_NAME = {'gs': re.compile(r'[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]'),
+                's3': re.compile(r'[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]')}
+
+
+def check_bucket_name(kind: str, bucket: str, text: str) -> None:
+  """ConfigError (one line) for a bucket name the store would refuse."""
+  pattern = _BUCKET_NAME.get(kind)
+  parts_ok = kind != 'gs' or all(1 <= len(p) <= 63 for p in bucket.split('.'))
+  if pattern is not None and not (pattern.fullmatch(bucket) and parts_ok and '..' not in bucket
+                                  and (kind != 'gs' or '.' in bucket or len(bucket) <= 63)):
+    raise ConfigError(
+        f"'{bucket}' (in '{text}') is not a valid {kind}:// bucket name: 3-63 characters of "
+        'lower-case letters, digits, hyphens' + (', underscores' * (kind == 'gs'))
+        + ' and dots, beginning and ending with a letter or digit')
 
 
 def configure() -> None:
@@ -203,13 +226,18 @@ def write_atomic(path, data: bytes | str) -> None:
   into place; on a bucket one upload, which an object store commits whole."""
   data = data.encode('utf-8') if isinstance(data, str) else data
   if is_remote(path):
-    with open(path, 'wb') as f:
-      f.write(data)
+    store_retry.call(lambda: _upload(path, data), f'upload of {path}', 'upload')
     return
   tmp = path + '.tmp'
   with builtins.open(tmp, 'wb') as f:
     f.write(data)
   os.replace(tmp, path)
+
+
+def _upload(path: str, data: bytes) -> None:
+  """One whole-object upload through the client configure() set up last (epath keeps the
+  first filesystem it made, whatever the endpoint since)."""
+  filesystem(path).pipe_file(path, data)
 
 
 def remove(path) -> None:

@@ -58,6 +58,7 @@ def base_config() -> config_dict.ConfigDict:
   d.prepare_shard_mb = 8.0  # text per input shard: the unit of parallel work and of resuming
   d.tokenizer_sample_sentences = 1_000_000  # the SentencePiece training sample (bounded)
   d.prepare_timeout_s = 86400  # multi-host: how long processes > 0 wait for process 0's data
+  d.read_concurrency = 64  # bucket requests in flight per process reading the prepared corpus
   # Scales the NSP term's gradient (a loss weight; the reported loss stays MLM + NSP).
   c.train.nsp_loss_weight = 1.0
   # Set to move the weight linearly to this value from step nsp_ramp_start to nsp_ramp_end.

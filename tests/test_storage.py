@@ -57,6 +57,71 @@ def test_urls_we_cannot_serve_are_refused(url):
     storage.check(url)
 
 
+@pytest.mark.parametrize('url', ['gs://rb/run', 's3://ab/run', 'gs://Upper/run',
+                                 's3://under_score/run', 'gs://-dash/run', 'gs://a..b/run'])
+def test_bucket_names_the_store_would_refuse_are_refused_in_one_line(url):
+  with pytest.raises(ConfigError, match='is not a valid .* bucket name') as e:
+    storage.check(url)
+  assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('url', ['gs://abc/run', 'gs://under_score/run', 'gs://a.b.c/run',
+                                 's3://encoder-test/run', 's3://my.bucket-1/run'])
+def test_valid_bucket_names_pass(url):
+  assert storage.check(url) == url
+
+
+def test_the_cli_refuses_a_short_bucket_name_before_writing(tmp_path, cloud_env):
+  fs = storage.filesystem(BUCKETS['gs'])
+  before = fs.find(emulators.GCS_BUCKET)
+  out = launch(['--exp', 'mlm_nsp_tiny:smoke', '--workdir', 'gs://rb/run'], cloud_env, tmp_path)
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert out.stderr.startswith("error: 'rb' (in 'gs://rb/run') is not a valid gs:// bucket")
+  assert out.stderr.count('\n') == 1
+  assert list(tmp_path.iterdir()) == [] and fs.find(emulators.GCS_BUCKET) == before
+
+
+def test_uploads_ride_out_503s(cloud_env, gcs_emulator, monkeypatch):
+  """Half the requests fail: every upload still lands whole (gcsfs retries a 503 itself, one
+  to two seconds later; what it gives up on, store_retry retries again)."""
+  from tests.fault_proxy import FaultProxy
+  with FaultProxy(gcs_emulator, fault_rate=0.5, seed=3) as proxy:
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', proxy.url)
+    for i in range(3):
+      storage.write_atomic(f"{BUCKETS['gs']}/faulty/{i}.txt", f'record {i}')
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
+  assert proxy.faults > 0
+  assert [storage.read_text(f"{BUCKETS['gs']}/faulty/{i}.txt") for i in range(3)] == [
+      f'record {i}' for i in range(3)]
+
+
+def test_store_errors_are_sorted_into_transient_and_permanent():
+  from encoder import store_retry
+
+  class Http(Exception):
+    def __init__(self, code):
+      self.code = code
+  assert all(store_retry.is_transient(Http(c)) for c in (408, 429, 500, 502, 503, 504))
+  assert not any(store_retry.is_transient(Http(c)) for c in (400, 401, 403, 404, 412))
+  assert store_retry.is_transient(ConnectionResetError()) and store_retry.is_transient(
+      TimeoutError())
+  assert not store_retry.is_transient(FileNotFoundError('gs://b/x'))
+  calls = []
+
+  def flaky():
+    calls.append(1)
+    if len(calls) < 3:
+      raise Http(503)
+    return 'ok'
+  policy = store_retry.Policy(attempts=5, base_s=0.001)
+  assert store_retry.call(flaky, 'object gs://b/x', 'test', policy) == 'ok' and len(calls) == 3
+  with pytest.raises(store_retry.StoreError, match='object gs://b/x does not exist'):
+    store_retry.call(lambda: (_ for _ in ()).throw(FileNotFoundError()), 'object gs://b/x',
+                     'test', policy)
+  with pytest.raises(store_retry.StoreError, match='still failing after 5 tries'):
+    store_retry.call(lambda: (_ for _ in ()).throw(Http(503)), 'object gs://b/x', 'test', policy)
+
+
 @pytest.mark.parametrize('kind', ['gs', 's3'])
 def test_a_missing_bucket_is_one_config_error(cloud_env, kind):
   with pytest.raises(ConfigError, match=rf'bucket {kind}://no-such-bucket does not exist'):

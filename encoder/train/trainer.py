@@ -10,10 +10,11 @@ import json
 import logging
 import os
 import signal
+import time
 
 import jax
 
-from encoder import configs, storage
+from encoder import configs, storage, store_retry
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
 from encoder.tasks.common import batch_examples
@@ -34,6 +35,7 @@ RESUMABLE_KEYS = frozenset({
     'train.checkpoint_every', 'train.keep_checkpoints', 'data.prefetch', 'data.cache_dir',
     'data.prepared_dir', 'data.prepare_workers', 'data.prepare_timeout_s',
     'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite',
+    'data.read_concurrency',  # how the corpus is read: a choice of the machine, like these
     'model.attention_impl'})  # how attention is computed: a choice of the machine
 RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
 
@@ -106,12 +108,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for key, value in inherited.items():
       log.info('From init_from %s: %s=%r', config.init_from, key, value)
-  with workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
-    return _train(config, workdir)
+  # SIGTERM/SIGINT become a stop request from here to the end (set-up, eval, checkpoint writes,
+  # uploads, the final wait): a signal outside the loop must not kill a run mid-commit.
+  with _StopRequest() as stop, workdir_lock.hold(workdir, enabled=distributed.is_main_process()):
+    return _train(config, workdir, stop)
 
 
-def _train(config, workdir: str) -> dict:
+def _train(config, workdir: str, stop: _StopRequest) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
+  retried_before = store_retry.counts()  # this run's retries are counted from here
   run = setup_train_loop(config, workdir)
   config, t, task, strategy, data = run.config, run.config.train, run.task, run.strategy, run.data
   train_step, checkpointer, start, rstate = run.train_step, run.checkpointer, run.start_step, \
@@ -143,11 +148,15 @@ def _train(config, workdir: str) -> dict:
   # is computed and wasted), read off the host batches, so nothing waits for a device.
   real_tokens, computed_tokens = 0, 0
   examples = 0  # this host's examples in the window: a packed step's count varies
+  data_wait = 0.0  # seconds the window's steps waited for their batches: input-bound or not
   lengths = set()  # sequence lengths seen: one compile of the step each (length buckets)
+  retries = RetryReport(progress, retried_before)
   step = start
-  with _StopRequest() as stop:
+  try:
     while step < t.num_steps:
+      waited = time.perf_counter()
       batch = next(train_iter)
+      data_wait += time.perf_counter() - waited
       length = batch['input_ids'].shape[-1]
       if length not in lengths:
         lengths.add(length)
@@ -179,13 +188,20 @@ def _train(config, workdir: str) -> dict:
           metrics['skipped_steps'] = skipped
         # Examples: this host's count times the hosts (hosts hold equal shares of rows).
         steps_per_sec, examples_per_sec = progress.rates(step, examples * jax.process_count())
+        wait_per_step = data_wait / len(window)
         metrics.update(learning_rate=float(schedule(step - 1)), steps_per_sec=steps_per_sec,
                        examples_per_sec=examples_per_sec,
-                       real_token_fraction=real_tokens / max(computed_tokens, 1))
+                       real_token_fraction=real_tokens / max(computed_tokens, 1),
+                       data_wait_s=wait_per_step)
         writer.write(step, 'train', metrics)
-        progress.update(step, loss=metrics['loss'], steps_per_sec=steps_per_sec,
-                        examples_per_sec=examples_per_sec)
+        shown = {'loss': metrics['loss'], 'steps_per_sec': steps_per_sec,
+                 'examples_per_sec': examples_per_sec}
+        if input_bound(wait_per_step, steps_per_sec):
+          shown['data_wait_s'] = wait_per_step
+        progress.update(step, **shown)
+        retries.report()
         window, skipped, real_tokens, computed_tokens, examples = [], 0, 0, 0, 0
+        data_wait = 0.0
       if evaluated:
         eval_metrics = evaluate(rstate, step)
         writer.write(step, 'eval', eval_metrics)
@@ -197,18 +213,61 @@ def _train(config, workdir: str) -> dict:
       if improved:
         best.mark(step, eval_metrics)
       if stopping:
+        checkpointer.wait()  # committed (or a CheckpointError) before we say it is saved
         progress.write(f'Stopped by {stopping} at step {step}: checkpoint saved; run the '
                        'same command to resume.')
         break
+  except BaseException:
+    # The run stops here (a shard gone, a failed upload, Ctrl-C twice): the save in flight
+    # still commits, so the newest checkpoint is whole; its own failure is reported beside.
+    train_iter.close()
+    _finish_saving(checkpointer)
+    progress.close()
+    raise
   train_iter.close()
   log.info('train step compiled for %d sequence length(s): %s', len(lengths),
            ', '.join(map(str, sorted(lengths))))
   checkpointer.close()  # waits for the last save: the last good state is on disk
   progress.close()
   writer.close()
+  retries.report(final=True)
   if failure is not None:
     raise failure
   return eval_metrics
+
+
+def input_bound(wait_per_step: float, steps_per_sec: float) -> bool:
+  """Whether the steps waited for data long enough to say so: over 5% of a step and 1 ms."""
+  return wait_per_step > max(1e-3, 0.05 / max(steps_per_sec, 1e-9))
+
+
+class RetryReport:
+  """Says in the log when the store's transient errors were retried (store_retry counts)."""
+
+  def __init__(self, progress: Progress, start: dict[str, int]):
+    self.progress, self.start = progress, start
+    self.seen: dict[str, int] = {}
+
+  def report(self, final: bool = False) -> None:
+    now = {k: v - self.start.get(k, 0) for k, v in store_retry.counts().items()}
+    now = {k: v for k, v in now.items() if v}
+    if now == self.seen and not (final and now):
+      return
+    total = sum(now.values())
+    kinds = ', '.join(f'{k} {v}' for k, v in sorted(now.items()))
+    line = f'storage: {total} transient error(s) retried so far ({kinds})'
+    if final:
+      log.info('%s', line.replace('so far', 'in this run'))
+    else:
+      self.progress.write(line)
+    self.seen = now
+
+
+def _finish_saving(checkpointer) -> None:
+  try:
+    checkpointer.close()
+  except Exception as e:  # noqa: BLE001 - already stopping for another error: say it, go on
+    log.warning('warning: %s', e)
 
 
 def _reduce_window(task, window: list, sum_metrics, skipped: int = 0) -> dict:
