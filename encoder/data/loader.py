@@ -96,10 +96,13 @@ class BatchIterator(Iterator[Batch]):
   @property
   def depth(self) -> int:
     """Batches to keep in preparation ahead of the consumer, from the measured times."""
-    if self._workers == 1 or not self._interval_s:
+    if self._workers == 1:
       return self._prefetch
+    floor = max(self._prefetch, self._workers)  # every worker busy: a slow read is the norm
+    if not self._interval_s:
+      return floor
     needed = math.ceil(self._make_s / max(self._interval_s, 1e-4)) + 1
-    return min(max(self._prefetch, needed), self._max_depth)
+    return min(max(floor, needed), self._max_depth)
 
   def __iter__(self) -> BatchIterator:
     return self
