@@ -26,7 +26,7 @@ from tests.train.conftest import launch_cmd
 DEVICES = 2
 COMMON = ('train.num_steps=12', 'train.log_every=1', 'train.eval_every=4',
           'train.checkpoint_every=2', 'train.keep_checkpoints=3')
-TIMING = ('steps_per_sec', 'examples_per_sec')
+TIMING = ('steps_per_sec', 'examples_per_sec', 'data_wait_s')  # wall-clock figures
 FAULT_LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fault_launch.py')
 
 

@@ -17,11 +17,12 @@ def _fake_run(tmp_path, **model):
 
 
 def test_init_from_dictates_the_architecture_and_tokenizer(tmp_path):
-  run = _fake_run(tmp_path, size='mini', num_layers=4, hidden_size=256, norm='post')
+  run = _fake_run(tmp_path, size='mini', num_layers=4, hidden_size=256,
+                  attention='bidirectional')
   config = configs.load_experiment('classify_sst2')
   config.init_from = str(run / 'checkpoints' / '7')  # a step inside the run finds the run
   fields = resolve.init_from_fields(config)
-  # norm is 'post' in both: only what differs is listed.
+  # attention is 'bidirectional' in both: only what differs is listed.
   assert fields == {'model.size': 'mini', 'model.num_layers': 4, 'model.hidden_size': 256,
                     'data.tokenizer': str(run / 'tokenizer')}
   config.data.tokenizer = '/my/own'
