@@ -76,6 +76,14 @@ def nested_get(tree: dict, keys: list[str]):
   return tree
 
 
+def nested_set(tree: dict, keys: list[str], value) -> None:
+  """`tree[k1][k2]... = value`, making the dicts on the way."""
+  *parents, leaf = keys
+  for key in parents:
+    tree = tree.setdefault(key, {})
+  tree[leaf] = value
+
+
 def _shown(text: str) -> str:
   """The override text as quoted in an error: one line, not too long."""
   shown = repr(text)[1:-1]

@@ -147,7 +147,20 @@ def _sp_id(sp, token: str) -> int | None:
   return None if (i == sp.unk_id() and token != sp.id_to_piece(i)) else i
 
 
-class WordPieceTokenizer(Tokenizer):
+class _TokenizersBackend(Tokenizer):
+  """A tokenizer run by the `tokenizers` package (`self.tok`), specials never added."""
+
+  tok: object  # tokenizers.Tokenizer
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in self.tok.encode_batch(self._encodable(texts),
+                                                 add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+class WordPieceTokenizer(_TokenizersBackend):
   """BERT's WordPiece from a vocab.txt (one token per line), via the `tokenizers` library."""
 
   def __init__(self, vocab: list[str], lower_case: bool):
@@ -168,13 +181,6 @@ class WordPieceTokenizer(Tokenizer):
     self.tok.decoder = decoders.WordPiece()
     self.word_starts = np.array([not t.startswith('##') for t in vocab], bool)
 
-  def encode_batch(self, texts: list[str]) -> list[list[int]]:
-    return [e.ids for e in self.tok.encode_batch(self._encodable(texts),
-                                                 add_special_tokens=False)]
-
-  def decode(self, ids: Iterable[int]) -> str:
-    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
-
   def id_to_token(self, i: int) -> str:
     return self.vocab[int(i)]
 
@@ -191,7 +197,7 @@ class WordPieceTokenizer(Tokenizer):
     return paths
 
 
-class JsonTokenizer(Tokenizer):
+class JsonTokenizer(_TokenizersBackend):
   """A Hugging Face `tokenizer.json` (any model the `tokenizers` package reads: ModernBERT's
   byte-level BPE, ...) whose vocabulary has [PAD] [UNK] [CLS] [SEP] [MASK]. Its post-processor
   ([CLS] ... [SEP] templates) is not applied: the data pipeline places specials itself. A word
@@ -211,13 +217,6 @@ class JsonTokenizer(Tokenizer):
     tokens = [self.tok.id_to_token(i) or '' for i in range(self.vocab_size)]
     specials = {t.content for t in self.tok.get_added_tokens_decoder().values() if t.special}
     self.word_starts = np.array([t[:1] in ('Ġ', '▁') or t in specials for t in tokens], bool)
-
-  def encode_batch(self, texts: list[str]) -> list[list[int]]:
-    return [e.ids for e in self.tok.encode_batch(self._encodable(texts),
-                                                 add_special_tokens=False)]
-
-  def decode(self, ids: Iterable[int]) -> str:
-    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
   def id_to_token(self, i: int) -> str:
     return self.tok.id_to_token(int(i))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoder.configs import nested_get
+from encoder.configs import nested_get, nested_set
 from encoder.errors import CheckpointError
 
 # (our path, HF name without the 'bert.' prefix, kind). Kinds: 'dense' transposes a Linear,
@@ -85,13 +85,6 @@ def _to_hf(array: np.ndarray, kind: str) -> np.ndarray:
   return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def _set(tree: dict, path: str, value) -> None:
-  *parents, leaf = path.split('/')
-  for key in parents:
-    tree = tree.setdefault(key, {})
-  tree[leaf] = value
-
-
 def hf_to_ours(tensors: dict[str, np.ndarray], num_layers: int, num_heads: int
                ) -> tuple[dict, list[str]]:
   """HF state dict (any of BertModel / BertForMaskedLM / BertForPreTraining) -> our params.
@@ -118,7 +111,8 @@ def hf_to_ours(tensors: dict[str, np.ndarray], num_layers: int, num_heads: int
       absent.append(group)
       continue
     for (ours, _, kind), name in zip(entries, names, strict=True):
-      _set(params, ours, _to_ours(np.asarray(tensors[name], np.float32), kind, num_heads))
+      value = _to_ours(np.asarray(tensors[name], np.float32), kind, num_heads)
+      nested_set(params, ours.split('/'), value)
   return params, absent
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoder.configs import nested_get
+from encoder.configs import nested_get, nested_set
 from encoder.errors import CheckpointError
 
 MODEL_TYPE = 'modernbert'
@@ -170,13 +170,6 @@ def _head_entries(use_bias: bool) -> list[tuple[str, str, str]]:
   return entries + [('mlm/output_bias', 'decoder.bias', 'vector')]
 
 
-def _set(tree: dict, path: str, value) -> None:
-  *parents, leaf = path.split('/')
-  for key in parents:
-    tree = tree.setdefault(key, {})
-  tree[leaf] = value
-
-
 def hf_to_ours(tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list[str]]:
   """HF state dict (ModernBertModel or ModernBertForMaskedLM) -> (our params, absent heads)."""
   prefix = 'model.' if 'model.embeddings.tok_embeddings.weight' in tensors else ''
@@ -193,29 +186,33 @@ def hf_to_ours(tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list
     return np.asarray(tensors[name], np.float32)
 
   params: dict = {}
+
+  def put(path: str, value: np.ndarray) -> None:
+    nested_set(params, path.split('/'), value)
+
   for ours, hf, kind in _plain_entries(layers, use_bias):
     value = get(prefix + hf)
     if kind == 'dense':
       value = value.T
     elif kind == 'out':  # [m, h d] -> [h, d, m]
       value = value.T.reshape(heads, -1, value.shape[0])
-    _set(params, ours, value)
+    put(ours, value)
   for i in range(layers):
     ours, hf = f'encoder/layer_{i}', f'{prefix}layers.{i}'
     qkv = get(f'{hf}.attn.Wqkv.weight').T  # [m, 3 h d]
     qkv = qkv.reshape(qkv.shape[0], 3, heads, -1)
     wi = get(f'{hf}.mlp.Wi.weight').T  # [m, 2 f]
     for j, name in enumerate(('query', 'key', 'value')):
-      _set(params, f'{ours}/attention/{name}/kernel', qkv[:, j])
-    _set(params, f'{ours}/mlp/gate/kernel', wi[:, :f])
-    _set(params, f'{ours}/mlp/intermediate/kernel', wi[:, f:])
+      put(f'{ours}/attention/{name}/kernel', qkv[:, j])
+    put(f'{ours}/mlp/gate/kernel', wi[:, :f])
+    put(f'{ours}/mlp/intermediate/kernel', wi[:, f:])
     if use_bias:
       qkv_bias = get(f'{hf}.attn.Wqkv.bias').reshape(3, heads, -1)
       wi_bias = get(f'{hf}.mlp.Wi.bias')
       for j, name in enumerate(('query', 'key', 'value')):
-        _set(params, f'{ours}/attention/{name}/bias', qkv_bias[j])
-      _set(params, f'{ours}/mlp/gate/bias', wi_bias[:f])
-      _set(params, f'{ours}/mlp/intermediate/bias', wi_bias[f:])
+        put(f'{ours}/attention/{name}/bias', qkv_bias[j])
+      put(f'{ours}/mlp/gate/bias', wi_bias[:f])
+      put(f'{ours}/mlp/intermediate/bias', wi_bias[f:])
   head = _head_entries(use_bias)
   if any(hf not in tensors for _, hf, _ in head):
     return params, ['mlm']
@@ -226,7 +223,7 @@ def hf_to_ours(tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list
                           'tied to them')
   for ours, hf, kind in head:
     value = get(hf)
-    _set(params, ours, value.T if kind == 'dense' else value)
+    put(ours, value.T if kind == 'dense' else value)
   return params, []
 
 
