@@ -74,10 +74,18 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   t.num_steps = 1_000_000
   t.batch_size = 256  # global: per-device batch x devices across all hosts
   t.grad_accum_steps = 1
-  t.optimizer = 'adamw'  # adamw | lamb
+  # adamw | lamb | stable_adamw (AdamW with per-tensor update clipping: ModernBERT's)
+  t.optimizer = 'adamw'
   t.learning_rate = 1e-4
-  t.schedule = 'linear'  # linear (warmup then linear decay to 0) | cosine | constant
+  # linear (warmup then linear decay to 0) | cosine | constant | wsd (warmup, constant, then
+  # the last decay_steps steps decay to 0 in decay_shape: linear | cosine | 1-sqrt)
+  t.schedule = 'linear'
   t.warmup_steps = 10_000
+  t.decay_steps = 0  # wsd: 0 keeps the rate constant to the end (a stable run to branch from)
+  t.decay_shape = '1-sqrt'
+  # DIR:STEP (or DIR, its newest step): start from that run's checkpoint with its optimizer
+  # state, step and data position, in this workdir: one stable wsd run feeds several decays.
+  t.decay_from = ''
   t.weight_decay = 0.01
   t.b1 = 0.9
   t.b2 = 0.999

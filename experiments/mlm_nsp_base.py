@@ -40,6 +40,11 @@ def base_config() -> config_dict.ConfigDict:
   # is RoBERTa's, one [CLS], attention across documents.
   d.mask_rate = 0.15
   d.eval_mask_rate = 0.15  # held-out masks; fixed so runs at other training rates compare
+  # The training rate over steps (encoder/data/pretrain/mask_schedule.py): constant | linear
+  # (to mask_rate_final at the last step) | steps ('STEP:RATE,...': the rate from each STEP on)
+  d.mask_rate_schedule = 'constant'
+  d.mask_rate_final = config_dict.placeholder(float)
+  d.mask_rate_steps = ''
   d.max_predictions_per_seq = config_dict.placeholder(int)  # default round(seq * mask_rate)
   d.mask_token_prob = 0.8  # of selected tokens: 80% [MASK] ...
   d.random_token_prob = 0.1  # ... 10% a random token, the rest (10%) unchanged

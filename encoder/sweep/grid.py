@@ -2,12 +2,15 @@
 
 Values are parsed as the config field they set when the spec is read, so a misspelt key or a
 value of the wrong type is refused before any run starts, and two spellings of one value
-(`0.30`, `0.3`) name the same run.
+(`0.30`, `0.3`) name the same run. A named sweep may also list whole runs (`Arm`s: a name and
+its overrides) where a grid cannot say it, such as a ladder that turns on one change per run,
+cumulatively.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import itertools
 import re
@@ -16,6 +19,13 @@ from ml_collections import config_dict
 
 from encoder import configs
 from encoder.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One run of a named sweep given whole: `name` (its directory) and its overrides."""
+  name: str
+  overrides: tuple[str, ...]
 
 
 def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment,
@@ -38,7 +48,17 @@ def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment,
       raise ConfigError(f"--sweep {spec}: expected KEY=V1,V2 (the experiment names no sweeps)")
     axes = [(key, values) for key, values in named(spec)
             if not (len(values) == 1 and key in user_keys)]
-  return [(key, [_typed(config, key, str(text)) for text in texts]) for key, texts in axes]
+  return [(key, [_typed_arm(config, v) if isinstance(v, Arm) else _typed(config, key, str(v))
+                 for v in values]) for key, values in axes]
+
+
+def _typed_arm(config: config_dict.ConfigDict, arm: Arm) -> Arm:
+  """`arm` with each override's value typed like its field (the same checks as a grid's)."""
+  typed = []
+  for item in arm.overrides:
+    key, _, text = item.partition('=')
+    typed.append(f'{key}={override_text(_typed(config, key, text))}')
+  return Arm(_safe(arm.name), tuple(typed))
 
 
 def _typed(config: config_dict.ConfigDict, key: str, text: str):
@@ -56,11 +76,30 @@ def override_text(value) -> str:
 
 def expand(axes: list[tuple[str, list]]) -> list[list[str]]:
   """The grid: every combination as a list of `KEY=VALUE` overrides."""
+  return [overrides for _, overrides in named_runs(axes)]
+
+
+def named_runs(axes: list[tuple[str, list]]) -> list[tuple[str, list[str]]]:
+  """Every run of the grid as (directory name, overrides): an axis of `Arm`s contributes each
+  arm's overrides and name, the others `KEY=VALUE` (named as `run_name` names them; keys with
+  one value across the sweep left out of the name, as `fixed_keys` says)."""
   keys = [key for key, _ in axes]
   if len(set(keys)) != len(keys):
     raise ConfigError(f"--sweep names a key twice: {', '.join(keys)}")
-  return [[f'{key}={override_text(value)}' for key, value in zip(keys, combo, strict=True)]
-          for combo in itertools.product(*(values for _, values in axes))]
+  fixed = fixed_keys(axes)
+  out = []
+  for combo in itertools.product(*(values for _, values in axes)):
+    names, overrides = [], []
+    for key, value in zip(keys, combo, strict=True):
+      if isinstance(value, Arm):
+        names.append(value.name)
+        overrides.extend(value.overrides)
+      else:
+        overrides.append(f'{key}={override_text(value)}')
+        if key not in fixed:
+          names.append(run_name(overrides[-1:]))
+    out.append((_safe(','.join(names)) or 'default', overrides))
+  return out
 
 
 def run_name(overrides: list[str], fixed: frozenset = frozenset()) -> str:

@@ -16,7 +16,7 @@ import traceback
 
 from encoder import configs, storage
 from encoder.errors import EncoderError
-from encoder.sweep.grid import expand, fixed_keys, run_name
+from encoder.sweep.grid import named_runs
 from encoder.sweep.report import write_report
 from encoder.sweep.status import finished, read_status, write_status
 from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
@@ -27,9 +27,7 @@ log = logging.getLogger('encoder')
 def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
               dry_run: bool = False) -> list[dict]:
   """Runs (or lists) the grid; returns one status record per run."""
-  grid = expand(axes)
-  fixed = fixed_keys(axes)
-  names = [run_name(o, fixed) for o in grid]
+  names, grid = map(list, zip(*named_runs(axes), strict=True))
   if dry_run:
     for name, overrides in zip(names, grid, strict=True):
       print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")

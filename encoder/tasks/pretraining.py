@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.data.pretrain import pretraining_data
+from encoder.data.pretrain import masking, pretraining_data
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import MlmHead, NspHead
 from encoder.modules.transformer import Encoder
@@ -89,8 +89,8 @@ def packed_inputs(config, batch_size: int) -> dict:
 
 
 def max_predictions(config) -> int:
-  given = config.data.max_predictions_per_seq
-  return given if given is not None else round(config.data.max_seq_length * config.data.mask_rate)
+  """The width of the masked_* fields of a train batch (masking.max_predictions)."""
+  return masking.max_predictions(config.data)
 
 
 def loss_denominators(batch: dict) -> dict:

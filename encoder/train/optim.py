@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from encoder.errors import ConfigError
+from encoder.train.stable_adamw import scale_by_stable_adam
 
 NO_DECAY_LEAVES = ('bias', 'scale', 'output_bias')  # biases and LayerNorm: BERT leaves them be
+SCHEDULES = ('linear', 'cosine', 'constant', 'wsd')
+DECAY_SHAPES = ('linear', 'cosine', '1-sqrt')
+OPTIMIZERS = ('adamw', 'lamb', 'stable_adamw')
 
 
 def learning_rate_schedule(train) -> optax.Schedule:
-  """Linear warmup to `learning_rate`, then linear decay to 0 (BERT), cosine, or constant."""
+  """Linear warmup to `learning_rate`, then linear decay to 0 (BERT), cosine, constant, or
+  wsd: constant until the last `train.decay_steps` steps, which decay to 0 (`decay_shape`)."""
   peak, warmup, total = train.learning_rate, train.warmup_steps, max(train.num_steps, 1)
   warm = optax.linear_schedule(0.0, peak, max(warmup, 1)) if warmup else None
   decay_steps = max(total - warmup, 1)
@@ -21,9 +27,37 @@ def learning_rate_schedule(train) -> optax.Schedule:
     after = optax.cosine_decay_schedule(peak, decay_steps)
   elif train.schedule == 'constant':
     after = optax.constant_schedule(peak)
+  elif train.schedule == 'wsd':
+    after = _stable_then_decay(train, peak, total - warmup)
   else:
-    raise ConfigError(f"train.schedule='{train.schedule}' is not one of linear, cosine, constant")
+    raise ConfigError(f"train.schedule='{train.schedule}' is not one of {', '.join(SCHEDULES)}")
   return optax.join_schedules([warm, after], [warmup]) if warm else after
+
+
+def _stable_then_decay(train, peak: float, steps: int) -> optax.Schedule:
+  """Warmup-stable-decay after the warmup (Hu et al., 2024, MiniCPM; ModernBERT's trapezoid):
+  `peak` until `train.decay_steps` before the end, then down to 0 in the shape `decay_shape`:
+  linear, cosine, or 1-sqrt (1 - sqrt(progress): Hagele et al., 2024, which matched a cosine
+  run's loss with a 20% decay). The stable part does not depend on train.num_steps, so a decay
+  branched off any stable checkpoint (train.decay_from) retraces the stable steps exactly."""
+  decay, shape = int(train.get('decay_steps', 0) or 0), str(train.get('decay_shape', '1-sqrt'))
+  if shape not in DECAY_SHAPES:
+    raise ConfigError(f"train.decay_shape='{shape}' is not one of {', '.join(DECAY_SHAPES)}")
+  if not 0 <= decay <= steps:
+    raise ConfigError(f'train.decay_steps={decay} must lie in 0..{steps} (the steps after '
+                      'warmup; 0: no decay, a stable run that decays branch off)')
+  start = steps - decay
+
+  def schedule(count):
+    progress = jnp.clip((count - start) / max(decay, 1), 0.0, 1.0)
+    if shape == 'linear':
+      factor = 1.0 - progress
+    elif shape == 'cosine':
+      factor = 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+    else:
+      factor = 1.0 - jnp.sqrt(progress)
+    return peak * jnp.where(count < start, 1.0, factor)
+  return schedule
 
 
 def weight_decay_mask(params):
@@ -37,10 +71,13 @@ def weight_decay_mask(params):
 
 
 def make_optimizer(train) -> optax.GradientTransformation:
-  """Global-norm clipping, then AdamW or LAMB with decoupled weight decay on kernels.
+  """Global-norm clipping, then AdamW, LAMB or StableAdamW with decoupled weight decay on
+  kernels.
 
   optax's AdamW applies Adam's bias correction, which BERT's AdamWeightDecay omits; with 10k
-  warmup steps the two are indistinguishable after the first few hundred steps.
+  warmup steps the two are indistinguishable after the first few hundred steps. StableAdamW
+  (stable_adamw.py) is AdamW whose step on each tensor shrinks when the gradient outgrows the
+  second moment; its weight decay is AdamW's (lr x weight_decay x w, unclipped).
   """
   schedule = learning_rate_schedule(train)
   kwargs = dict(b1=train.b1, b2=train.b2, eps=train.eps, weight_decay=train.weight_decay,
@@ -49,8 +86,13 @@ def make_optimizer(train) -> optax.GradientTransformation:
     opt = optax.adamw(schedule, **kwargs)
   elif train.optimizer == 'lamb':
     opt = optax.lamb(schedule, **kwargs)
+  elif train.optimizer == 'stable_adamw':
+    opt = optax.chain(scale_by_stable_adam(train.b1, train.b2, train.eps),
+                      optax.add_decayed_weights(train.weight_decay, weight_decay_mask),
+                      optax.scale_by_learning_rate(schedule))
   else:
-    raise ConfigError(f"train.optimizer='{train.optimizer}' is not one of adamw, lamb")
+    raise ConfigError(f"train.optimizer='{train.optimizer}' is not one of "
+                      f"{', '.join(OPTIMIZERS)}")
   if train.clip_norm:
     return optax.chain(optax.clip_by_global_norm(train.clip_norm), opt)
   return opt

@@ -2,7 +2,8 @@
 
 An experiment leaves some fields for the run to fill:
   init_from  the architecture (`model.*`) and tokenizer (`data.tokenizer`) of the run the
-             weights come from: fine-tuning swaps heads, not encoders;
+             weights come from: fine-tuning swaps heads, not encoders (the same for the run
+             a `train.decay_from` branch continues);
   the task   what only the data knows: the vocabulary size, the label names and their count
              (`task.resolved_fields`);
   lengths    `train.num_steps <= 0` means `train.num_epochs` passes over the training
@@ -27,18 +28,26 @@ from encoder import storage
 from encoder.configs import with_fields
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS, resolved_fields
+from encoder.train import branch
 from encoder.train.checkpoint import find_run_directory
 
 
 def init_from_fields(config) -> dict[str, Any]:
-  """The architecture and tokenizer of the `init_from` run where they differ from `config`
-  (empty without init_from, or for a bare checkpoint with no run directory around it)."""
-  run = find_run_directory(config.init_from) if config.init_from else None
+  """The architecture and tokenizer of the `init_from` (or `train.decay_from`) run where they
+  differ from `config` (empty without either, or for a bare checkpoint with no run directory
+  around it)."""
+  branch_from = config.train.get('decay_from', '')
+  origin = config.init_from or (branch.source(branch_from)[0] if branch_from else '')
+  run = find_run_directory(origin) if origin else None
   if run is None:
     return {}
   saved = json.loads(storage.read_text(os.path.join(run, 'config.json'))).get('model', {})
+  # A branch keeps what its config sets (the context phase raises model.rope_theta; a shape
+  # that differs fails to restore, in one line); init_from's run dictates the whole encoder.
+  keep_set = not config.init_from
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
-            if saved.get(key) is not None and config.model.get(key) != saved[key]}
+            if saved.get(key) is not None and config.model.get(key) != saved[key]
+            and not (keep_set and config.model.get(key) is not None)}
   tokenizer_dir = os.path.join(run, 'tokenizer')
   if not config.data.tokenizer and storage.isdir(tokenizer_dir):
     fields['data.tokenizer'] = tokenizer_dir

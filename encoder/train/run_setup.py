@@ -6,7 +6,8 @@ what they time or check is what `launch.py` trains (maxtext's `setup_train_loop`
   run = setup_steps(config)                 # a resolved config and no data (synthetic batches)
 
 Both give a `RunSetup`; `setup_train_loop` also restores the newest readable checkpoint of the
-workdir (or starts fresh from `init_from`'s weights) and keeps the `Checkpointer` that did it.
+workdir (else the `train.decay_from` checkpoint a branch continues, else starts fresh from
+`init_from`'s weights) and keeps the `Checkpointer` that did it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import numpy as np
 
 from encoder import configs, storage
 from encoder.tasks import Task, get_task
+from encoder.train import branch, distributed
 from encoder.train import checkpoint as ckpt_lib
-from encoder.train import distributed
 from encoder.train import resolve as resolve_lib
 from encoder.train.optim import make_optimizer
 from encoder.train.steps import TrainState
@@ -82,10 +83,14 @@ def setup_train_loop(config, workdir: str) -> RunSetup:
       like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
   start, data_state = 0, None
   if restored is not None:
+    log.info('Resuming from checkpoint at step %d in %s', restored[0], checkpointer.directory)
+  elif t.get('decay_from'):  # a new branch: the source run's checkpoint, whole
+    restored = branch.restore(t.decay_from, like.params,
+                              {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
+  if restored is not None:
     start, params, train, data_state = restored
     state = strategy.place_state(TrainState(step=train['step'], params=params,
                                             opt_state=train['opt_state'], rng=train['rng']))
-    log.info('Resuming from checkpoint at step %d in %s', start, checkpointer.directory)
   else:  # a new run, or one stopped before its first checkpoint: init_from applies again
     state = strategy.init_state(model, tx, dummy, t.seed, _init_from_params(config, model, dummy))
   return RunSetup(config, task, strategy, model, tx, dummy, state,

@@ -18,8 +18,8 @@ from encoder import configs, storage, store_retry
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
 from encoder.tasks.common import batch_examples
+from encoder.train import branch, distributed, faults, workdir_lock
 from encoder.train import checkpoint as ckpt_lib
-from encoder.train import distributed, faults, workdir_lock
 from encoder.train import resolve as resolve_lib
 from encoder.train.evaluation import BestMarker, Evaluator
 from encoder.train.metric_writer import MetricWriter, Progress
@@ -101,6 +101,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   storage.check_checkpoint_location(workdir)
   storage.check_bucket(workdir)  # a missing bucket or no credentials: before anything is written
   get_task(config.task)  # an unknown task fails before anything is written
+  branch.check(config)
   inherited = resolve_lib.init_from_fields(config)
   config = configs.with_fields(config, inherited)  # the data needs init_from's tokenizer
   saved = check_workdir(config, workdir)
@@ -108,6 +109,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
     for key, value in inherited.items():
       log.info('From init_from %s: %s=%r', config.init_from, key, value)
+  if config.train.get('decay_from') and saved is None:
+    for key, value in inherited.items():
+      log.info('From decay_from %s: %s=%r', config.train.decay_from, key, value)
   # SIGTERM/SIGINT become a stop request from here to the end (set-up, eval, checkpoint writes,
   # uploads, the final wait): a signal outside the loop must not kill a run mid-commit.
   with _StopRequest() as stop, workdir_lock.hold(workdir, enabled=distributed.is_main_process()):

@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from encoder.data.pretrain import mask_schedule
 from encoder.data.tokenizer import Tokenizer
 from encoder.errors import ConfigError
 
@@ -123,11 +124,19 @@ def apply(ids: np.ndarray, eligible: np.ndarray, rng: np.random.Generator,
   }
 
 
+def max_predictions(d) -> int:
+  """The width of a batch's masked_* fields: data.max_predictions_per_seq, else the most
+  predictions the mask-rate schedule asks of one row (round(length x peak rate))."""
+  given = d.get('max_predictions_per_seq')
+  return int(given) if given is not None else int(round(d.max_seq_length *
+                                                        mask_schedule.peak_rate(d)))
+
+
 def mask_config(config, tokenizer: Tokenizer) -> MaskConfig:
+  """The training masks of step 0 (`at_rate` gives another step's, of the same width)."""
   d = config.data
-  max_pred = d.max_predictions_per_seq
-  if max_pred is None:
-    max_pred = int(round(d.max_seq_length * d.mask_rate))
+  mask_schedule.check(d)
+  max_pred = max_predictions(d)
   if not 0 < d.mask_rate < 1 or max_pred < 1:
     raise ConfigError(f'data.mask_rate={d.mask_rate} and data.max_predictions_per_seq={max_pred}'
                       ' must give at least one prediction: use 0 < mask_rate < 1')
@@ -136,11 +145,16 @@ def mask_config(config, tokenizer: Tokenizer) -> MaskConfig:
     raise ConfigError('data.mask_token_prob + data.random_token_prob must lie in [0, 1]')
   specials = tokenizer.special_ids
   return MaskConfig(
-    mask_rate=float(d.mask_rate), max_predictions=int(max_pred),
+    mask_rate=float(d.mask_rate), max_predictions=max_pred,
     mask_token_prob=float(d.mask_token_prob), random_token_prob=float(d.random_token_prob),
     whole_word=bool(d.whole_word_masking), mask_id=tokenizer.mask_id,
     random_ids=np.setdiff1d(np.arange(tokenizer.vocab_size), specials).astype(np.int32),
     word_starts=tokenizer.word_starts)
+
+
+def at_rate(cfg: MaskConfig, rate: float) -> MaskConfig:
+  """`cfg` masking `rate` of each row's tokens, its fields' width unchanged."""
+  return cfg if rate == cfg.mask_rate else dataclasses.replace(cfg, mask_rate=float(rate))
 
 
 def static_masks(instances, config, tokenizer, seed, build_rows) -> dict[str, np.ndarray]:

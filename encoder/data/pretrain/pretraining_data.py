@@ -23,7 +23,7 @@ from etils import epath
 from encoder import configs, storage
 from encoder.data.loader import BatchIterator, restore_step
 from encoder.data.permutation import PermutationSampler
-from encoder.data.pretrain import masking, nsp_schedule, packed_rows, preparation
+from encoder.data.pretrain import mask_schedule, masking, nsp_schedule, packed_rows, preparation
 from encoder.data.pretrain.instances import materialize
 from encoder.data.pretrain.prepared_reader import PreparedSplit
 from encoder.data.tokenizer import Tokenizer, load_tokenizer
@@ -58,6 +58,7 @@ class PretrainingData:
     # masks, so resuming gives the same weights; a constant one stays a static model field.
     self._train_config = config.train
     self._nsp_scheduled = bool(d.nsp) and nsp_schedule.is_scheduled(config.train)
+    self._data_config = d  # the mask rate of each step (mask_schedule), a function of the step
 
   def train_iterator(self, state: dict[str, Any] | None = None) -> BatchIterator:
     """Endless host batches from `state` (None: the start); `it.state()` is the resume point.
@@ -74,7 +75,8 @@ class PretrainingData:
     # Masks drawn for the global batch (the trailing 0 keeps one-process runs as they were).
     rng = masking.RowSlice(np.random.default_rng([self.seed, _MASK_TAG, step, 0]),
                            self.process_index * self.batch_size, self.global_batch)
-    batch = self._assemble(self._train, idx, rng)
+    rate = mask_schedule.rate_at(self._data_config, self._train_config.num_steps, step)
+    batch = self._assemble(self._train, idx, rng, masking.at_rate(self.mask_config, rate))
     if self._nsp_scheduled:
       batch['nsp_weight'] = np.full(len(idx), nsp_schedule.nsp_weight_at(self._train_config, step),
                                     np.float32)
@@ -87,10 +89,11 @@ class PretrainingData:
     for i in range(num_batches):
       first = i * self.global_batch + self.process_index * self.batch_size
       idx = np.arange(first, first + self.batch_size) % n
-      out.append(self._assemble(self._eval, idx, None))
+      out.append(self._assemble(self._eval, idx, None, self.mask_config))
     return out
 
-  def _assemble(self, split: PreparedSplit, idx: np.ndarray, rng) -> dict[str, np.ndarray]:
+  def _assemble(self, split: PreparedSplit, idx: np.ndarray, rng,
+                mask_config: masking.MaskConfig) -> dict[str, np.ndarray]:
     tok = self.tokenizer
     rows, tokens, static, breaks = split.take(idx)
     if breaks is None:
@@ -100,7 +103,7 @@ class PretrainingData:
                                              self.packing, tok.cls_id, tok.sep_id, tok.pad_id)
     eligible = batch.pop('eligible')
     if static is None:
-      batch.update(masking.apply(batch['input_ids'], eligible, rng, self.mask_config))
+      batch.update(masking.apply(batch['input_ids'], eligible, rng, mask_config))
     else:
       batch.update(masking.overlay(batch['input_ids'], static))
     return batch

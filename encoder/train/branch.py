@@ -1,0 +1,94 @@
+"""`train.decay_from=DIR:STEP`: a new run that starts where another run's checkpoint left off.
+
+Why: a warmup-stable-decay schedule keeps the learning rate constant until the decay, so one
+long stable run can feed several decays (shorter and longer budgets, other shapes or mask
+rates) that each start from one of its checkpoints. A branch restores that checkpoint whole,
+the parameters, the optimizer state (Adam's moments and step count), the dropout key and the
+data position, into its own workdir, and trains on from that step with its own config: with the
+same stable steps behind it, its decay is bit for bit the decay an uninterrupted run would
+have made from there (tests/train/test_branch.py). The source run is only read: its
+directory, checkpoints and lock are left alone, so it may go on training meanwhile.
+
+`init_from` differs: it copies the encoder's weights only, for a new task and a new optimizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from encoder import orbax_s3, storage
+from encoder.checkpoint_files import checkpoint_candidates
+from encoder.errors import CheckpointError, ConfigError
+
+log = logging.getLogger('encoder')
+
+
+def source(text: str) -> tuple[str, int]:
+  """`DIR:STEP` or `DIR` (its newest complete step) -> (the run's workdir, the step).
+
+  A CheckpointError when there is no such complete checkpoint, before anything is written."""
+  path, step = text, None
+  head, sep, tail = text.rpartition(':')
+  if sep and tail.isdigit():
+    path, step = head, int(tail)
+  workdir, candidates = checkpoint_candidates(path)
+  steps = [int(os.path.basename(os.path.dirname(c))) for c in candidates]
+  if step is None:
+    return workdir, steps[0]
+  if step not in steps:
+    shown = ', '.join(map(str, sorted(steps)[-8:]))
+    raise CheckpointError(f"train.decay_from='{text}': {workdir} has no complete checkpoint "
+                          f'of step {step} (it has: {shown})')
+  return workdir, step
+
+
+def check(config) -> None:
+  """Refuses what a branch cannot mean (it already starts from that run's weights)."""
+  if config.train.get('decay_from') and config.get('init_from'):
+    raise ConfigError('set train.decay_from or init_from, not both: a branch starts from the '
+                      'whole checkpoint (weights, optimizer state, step) of its source run')
+
+
+def restore(text: str, params_like, train_like) -> tuple[int, dict, dict, dict]:
+  """(step, params, train, data_state) of the source checkpoint, shaped like the given abstract
+  trees (this run's layout), read without opening the source for writing."""
+  workdir, step = source(text)
+  directory = storage.join(workdir, 'checkpoints')
+  options = orbax_s3.manager_options(directory, create=False, read_only=True)
+  manager = ocp.CheckpointManager(directory, options=options)
+  args = ocp.args.Composite(params=ocp.args.StandardRestore(params_like),
+                            train=ocp.args.StandardRestore(train_like),
+                            data=ocp.args.JsonRestore())
+  try:
+    restored = manager.restore(step, args=args)
+  except Exception as e:  # noqa: BLE001 - Orbax raises many types for a mismatched tree
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise CheckpointError(
+        f"train.decay_from='{text}': step {step} does not restore into this run ({first}); a "
+        'branch needs the source run\'s model and train.optimizer') from None
+  finally:
+    manager.close()
+  _check_shapes(text, step, {'params': params_like, 'train': train_like}, restored)
+  log.info('Branching from %s at step %d (parameters, optimizer state, data position)',
+           workdir, step)
+  return step, restored['params'], restored['train'], restored['data']
+
+
+def _check_shapes(text: str, step: int, like: dict, restored) -> None:
+  """Orbax restores an array of another shape as it was saved: name the first that differs."""
+  wanted = jax.tree_util.tree_flatten_with_path(like)[0]
+  got = {jax.tree_util.keystr(p): np.shape(v)
+         for p, v in jax.tree_util.tree_flatten_with_path(
+             {k: restored[k] for k in like})[0]}
+  for path, value in wanted:
+    name = jax.tree_util.keystr(path)
+    if got.get(name) != tuple(value.shape):
+      raise CheckpointError(
+          f"train.decay_from='{text}': step {step} does not restore into this run ({name} is "
+          f'{got.get(name)} there, {tuple(value.shape)} here); a branch needs the source '
+          "run's model and train.optimizer")
