@@ -34,7 +34,7 @@ LADDER_STEPS = (
                 'model.layer_norm_eps=1e-12')),
     ('no_bias', ('model.use_bias=true',)),
     ('geglu', ('model.activation=gelu', 'model.intermediate_size=512')),
-    ('rope', ('model.position_embedding=learned', 'model.max_position_embeddings=512')),
+    ('rope', ('model.position_embedding=learned',)),
     ('local_global', ('model.local_window=0',)),
     ('mask_30', ('data.mask_rate=0.15',)),
     ('wsd', ('train.schedule=linear',)),

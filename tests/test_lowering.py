@@ -33,8 +33,8 @@ PLATFORMS = ('cuda', 'tpu')
 CALLBACKS = ('callback', 'host_compute')  # custom-call targets that would run Python on the host
 
 
-def setup(dtype: str, impl: str, *overrides: str):
-  config = configs.load_experiment('mlm_nsp_tiny:smoke')
+def setup(dtype: str, impl: str, *overrides: str, exp: str = 'mlm_nsp_tiny:smoke'):
+  config = configs.load_experiment(exp)
   configs.apply_overrides(config, [f'model.dtype={dtype}', f'model.attention_impl={impl}',
                                    'model.attention_dropout_rate=0.0', 'train.batch_size=16',
                                    *overrides])
@@ -158,3 +158,23 @@ def test_modern_packed_encode_lowers_for_cuda_and_tpu(impl):
       p, i, None, m, input_segmentation=e, input_positions=pos).pooled_output)
   text = export(forward, params, ids, ids, ids, ids)
   assert 'cosine' in text and 'sine' in text  # the rotary tables, from the positions given
+
+
+def test_mlm_modern_base_lowers_at_its_size_with_stable_adamw_and_wsd():
+  # The real experiment (22 layers, 1024 tokens, StableAdamW, warmup-stable-decay), abstract
+  # shapes only: one row per device, on the FSDP mesh as a pod would run it, and under pmap.
+  config, task, model, tx, state, batch = setup(
+      'bfloat16', 'xla', 'train.batch_size=8', 'parallel.strategy=mesh',
+      'parallel.mesh_shape.data=1', 'parallel.mesh_shape.fsdp=8', exp='mlm_modern_base')
+  assert (model.config.num_layers, config.train.optimizer, config.train.schedule) == (
+      22, 'stable_adamw', 'wsd')
+  strategy = MeshStrategy(config.parallel)
+  strategy.lay_out(model, tx, task.dummy_batch(config))
+  train, evaluate = strategy.steps(model, task, tx, 1)
+  export(train, state, batch)
+  export(evaluate, state.params, batch)
+  _, task, model, tx, state, batch = setup('bfloat16', 'xla', 'train.batch_size=8',
+                                           exp='mlm_modern_base')
+  step = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
+                           axis_name='batch')
+  export(pmap_as_shard_map(step, (P(), P('batch')), (P(), P())), state, batch)
