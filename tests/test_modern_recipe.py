@@ -45,14 +45,15 @@ def test_the_ladder_climbs_from_bert_without_nsp_to_mlm_modern_tiny_one_step_at_
             for _, r in runs}
   assert budget == {(4500, 32, 64, 1.5e-3, 200, 0.15, 0)}
   # Each run differs from the one below it in the fields of its own step only.
-  flat = [configs.flatten_keys(r) for _, r in runs]
-  for (name, below), (_, above) in zip(runs, runs[1:]):
-    changed = {k for k in flat[0] if configs.nested_get(below.to_dict(), k.split('.')) !=
-               configs.nested_get(above.to_dict(), k.split('.'))}
-    assert changed, name
-  changed = {k for k in flat[0] if configs.nested_get(runs[4][1].to_dict(), k.split('.')) !=
-             configs.nested_get(runs[5][1].to_dict(), k.split('.'))}
-  assert changed == {'model.position_embedding'}
+  from experiments.mlm_modern_tiny import LADDER_STEPS
+  keys = configs.flatten_keys(experiment)
+  for k in range(1, len(runs)):
+    below, above = runs[k - 1][1].to_dict(), runs[k][1].to_dict()
+    changed = {key for key in keys if configs.nested_get(below, key.split('.')) !=
+               configs.nested_get(above, key.split('.'))}
+    own = {o.partition('=')[0] for o in LADDER_STEPS[k - 1][1]}
+    assert changed and changed <= own, (runs[k][0], changed - own)
+  assert {o.partition('=')[0] for o in LADDER_STEPS[4][1]} == {'model.position_embedding'}
 
 
 def test_ladder_gated_mlp_matches_bert_tinys_mlp_parameter_count():
