@@ -68,6 +68,8 @@ def check(path) -> str:
     check_bucket_name(kind, parse.urlparse(text).netloc, text)
   if kind is not None:
     configure()  # before any layer (Orbax included) is handed the URL
+  if kind == 'gs':  # after configure: gcsfs reads its settings when first imported
+    store_retry.watch_gcsfs()  # gcsfs's own retries, counted in the trainer's log line
   return text
 
 

@@ -9,9 +9,13 @@ so the readers that failed together do not come back together) inside a bounded 
 attempts and seconds; every retry is counted in `counts()`, which the trainer logs.
 
 The prepared-corpus reader (encoder/data/pretrain/byte_ranges.py) and `storage.write_atomic`
-(metrics, config, tokenizer uploads) go through here. Orbax's arrays are written by
-tensorstore, which retries its own requests (its `gcs_request_retries`), and a failure that
-remains becomes the trainer's one-line CheckpointError.
+(metrics, config, tokenizer uploads) go through here. Two clients retry inside themselves, and
+`counts()` adds their retries too, so the trainer's log line covers every client on gs://:
+tensorstore, which writes and reads Orbax's arrays (its `gcs_request_retries`; a failure that
+remains becomes the trainer's one-line CheckpointError), from its own process-wide metrics;
+and gcsfs (listings, existence checks, Orbax's metadata files, the tries inside an upload),
+through `watch_gcsfs`. Not counted: s3fs's and botocore's retries inside an S3 request, which
+only show here when they give up and this module retries again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import collections
 import dataclasses
 import random
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -98,9 +103,61 @@ def count(kind: str, n: int = 1) -> None:
 
 
 def counts() -> dict[str, int]:
-  """Retries so far in this process, by what was retried (e.g. 'read', 'upload')."""
+  """Retries so far in this process, by who retried: this module's 'read' and 'upload',
+  gcsfs's own ('gcsfs', once `watch_gcsfs` ran) and tensorstore's ('checkpoint')."""
   with _counts_lock:
-    return dict(_counts)
+    out = dict(_counts)
+  checkpoint = _tensorstore_retries()
+  if checkpoint:
+    out['checkpoint'] = out.get('checkpoint', 0) + checkpoint
+  return out
+
+
+_TENSORSTORE_RETRIES = frozenset(f'/tensorstore/kvstore/{driver}/retries'
+                                 for driver in ('gcs', 'gcs_grpc', 's3'))
+
+
+def _tensorstore_retries() -> int:
+  """Tensorstore's retries of bucket requests in this process (its metrics count from its
+  import; a process that never imported it has made no such request)."""
+  ts = sys.modules.get('tensorstore')
+  collect = getattr(ts, 'experimental_collect_matching_metrics', None)
+  if collect is None:
+    return 0
+  return sum(int(value.get('value', 0)) for metric in collect('/tensorstore/kvstore/')
+             if metric['name'] in _TENSORSTORE_RETRIES for value in metric['values'])
+
+
+_gcsfs_watched = False
+
+
+def watch_gcsfs() -> None:
+  """Counts gcsfs's own retries under 'gcsfs' from now on (storage.check calls it for gs://).
+
+  gcsfs retries a failed request inside itself (429, 5xx, resets; sleeping 1-2 s, then 2-3 s,
+  ... up to 6 tries) and says so only in a DEBUG line. Its retry loop asks
+  `gcsfs.retry.is_retriable` only when another try follows, so a counting wrapper around that
+  function counts exactly the retries. A gcsfs without the function is left as it is (its
+  retries then go uncounted, as before)."""
+  global _gcsfs_watched
+  if _gcsfs_watched:
+    return
+  _gcsfs_watched = True
+  try:
+    from gcsfs import retry  # noqa: PLC0415 - only for gs:// paths
+  except ImportError:
+    return
+  original = getattr(retry, 'is_retriable', None)
+  if original is None:
+    return
+
+  def is_retriable(exception) -> bool:
+    retried = original(exception)
+    if retried:
+      count('gcsfs')
+    return retried
+
+  retry.is_retriable = is_retriable
 
 
 def describe(error: BaseException) -> str:

@@ -83,16 +83,53 @@ def test_the_cli_refuses_a_short_bucket_name_before_writing(tmp_path, cloud_env)
 
 def test_uploads_ride_out_503s(cloud_env, gcs_emulator, monkeypatch):
   """Half the requests fail: every upload still lands whole (gcsfs retries a 503 itself, one
-  to two seconds later; what it gives up on, store_retry retries again)."""
+  to two seconds later; what it gives up on, store_retry retries again), and each 503 is one
+  retry in store_retry.counts(), whoever retried it."""
+  from encoder import store_retry
   from tests.fault_proxy import FaultProxy
+  before = store_retry.counts()
   with FaultProxy(gcs_emulator, fault_rate=0.5, seed=3) as proxy:
     monkeypatch.setenv('STORAGE_EMULATOR_HOST', proxy.url)
     for i in range(3):
       storage.write_atomic(f"{BUCKETS['gs']}/faulty/{i}.txt", f'record {i}')
     monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
   assert proxy.faults > 0
+  assert retried_since(before, 'gcsfs', 'upload') == proxy.faults
   assert [storage.read_text(f"{BUCKETS['gs']}/faulty/{i}.txt") for i in range(3)] == [
       f'record {i}' for i in range(3)]
+
+
+def retried_since(before: dict, *kinds: str) -> int:
+  from encoder import store_retry
+  now = store_retry.counts()
+  return sum(now.get(k, 0) - before.get(k, 0) for k in kinds)
+
+
+def test_checkpoint_retries_are_counted(cloud_env, gcs_emulator, monkeypatch):
+  """A checkpoint saved through 30% of 503s: tensorstore retries the arrays' requests and gcsfs
+  Orbax's metadata requests, each inside itself; store_retry.counts() holds both, one per 503
+  (the trainer logs that figure), and the step restores."""
+  import numpy as np
+
+  from encoder import store_retry
+  from encoder.train.checkpoint import Checkpointer
+  from tests.fault_proxy import FaultProxy
+  workdir = f"{BUCKETS['gs']}/counted"
+  params = {'encoder': {'w': np.arange(6.0, dtype=np.float32).reshape(2, 3)}}
+  before = store_retry.counts()
+  with FaultProxy(gcs_emulator, fault_rate=0.3, seed=0) as proxy:
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', proxy.url)
+    checkpointer = Checkpointer(workdir, keep=1)
+    checkpointer.save(1, params, {'step': np.int32(1)}, {'position': 1})
+    checkpointer.close()
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
+  assert retried_since(before, 'checkpoint') > 0  # some of the 503s met tensorstore
+  assert retried_since(before, 'checkpoint', 'gcsfs', 'upload') == proxy.faults
+  step, restored, _, _ = Checkpointer(workdir, keep=1).restore_newest_readable(
+      params, {'step': np.zeros((), np.int32)})
+  assert step == 1
+  np.testing.assert_array_equal(restored['encoder']['w'], params['encoder']['w'])
+  storage.rmtree(workdir)
 
 
 def test_store_errors_are_sorted_into_transient_and_permanent():

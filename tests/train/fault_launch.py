@@ -1,4 +1,6 @@
-"""`python fault_launch.py KIND:STEP ARGS...`: launch.py ARGS, SIGKILLed at one point of the run.
+"""`python fault_launch.py KIND:STEP[:term] ARGS...`: launch.py ARGS, SIGKILLed at one point of
+the run (with `:term`, sent SIGTERM there instead, once, and left to go on: a preemption notice
+landing in that phase, which the run must answer with a committed checkpoint and exit 0).
 
 The kill points are the moments a real crash can hit that a timer would rarely land on:
   dispatched:N  right after step N is dispatched, its computation still running (inside a step)
@@ -10,6 +12,7 @@ The kill points are the moments a real crash can hit that a timer would rarely l
   commit:N      checkpoint N fully written to its temporary directory, not yet renamed
   committed:N   right after checkpoint N's rename, before Orbax's bookkeeping and cleanup
   deleting:N    while old step N is removed (keep_checkpoints), some of its files gone
+  upload:N      inside the upload of metrics.jsonl holding step N's first record (bucket workdir)
 Test code only: the patches wrap internals of the trainer and of Orbax 0.12.
 """
 
@@ -27,7 +30,25 @@ def die() -> None:
   os.kill(os.getpid(), signal.SIGKILL)
 
 
-def install(kind: str, at: int) -> None:
+def install(kind: str, at: int, action: str = 'kill') -> None:
+  """Patches the kill point `kind` at step `at`; `action` 'term' signals there instead."""
+  if action not in ('kill', 'term'):
+    raise SystemExit(f'fault_launch: unknown action {action!r} (kill or term)')
+  sent = []
+
+  def act() -> None:  # SIGKILL, or one SIGTERM (a point may be met again) and go on
+    if action == 'kill':
+      die()
+    elif not sent:
+      sent.append(1)
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  _install(kind, at, act, action == 'kill')
+
+
+def _install(kind: str, at: int, act, killing: bool) -> None:
+  """`act` is the point's action; `killing`: also leave what a kill there leaves (a cut line,
+  a half-removed step), which a signalled run, going on, must not find."""
   import jax
   from orbax.checkpoint._src.path import atomicity
   from orbax.checkpoint._src.serialization import type_handlers
@@ -60,10 +81,10 @@ def install(kind: str, at: int) -> None:
       out = train(state, batch)
       count['n'] += 1
       if count['n'] == at and kind == 'dispatched':
-        die()
+        act()
       if count['n'] == at and kind == 'stepped':
         jax.block_until_ready(out)
-        die()
+        act()
       return out
     return step, evaluate
 
@@ -73,9 +94,10 @@ def install(kind: str, at: int) -> None:
 
   def write(self, step, split, metrics):
     if kind == 'metrics' and step == at:
-      with open(self.path, 'a') as f:
-        f.write(json.dumps({'step': step, 'split': split, 'loss': 1.0})[:24])
-      die()
+      if killing:
+        with open(self.path, 'a') as f:
+          f.write(json.dumps({'step': step, 'split': split, 'loss': 1.0})[:24])
+      act()
     return original_write(self, step, split, metrics)
 
   metric_writer.MetricWriter.write = write
@@ -85,17 +107,29 @@ def install(kind: str, at: int) -> None:
   def evaluate(self, rstate, step):
     if kind == 'eval' and step == at:
       jax.block_until_ready(self.eval_step(rstate.params, self.batches[0]))
-      die()
+      act()
     return original_eval(self, rstate, step)
 
   trainer.Evaluator.__call__ = evaluate
+
+  from encoder import storage
+  original_upload = storage._upload
+
+  def upload(path, data):
+    last = data.rstrip(b'\n').rsplit(b'\n', 1)[-1]
+    if kind == 'upload' and path.endswith('metrics.jsonl') and \
+       last.startswith(b'{"step": %d, ' % at):
+      act()
+    return original_upload(path, data)
+
+  storage._upload = upload
 
   original_array_write = type_handlers.NumpyHandler._open_and_write
 
   async def array_write(self, *args, **kwargs):
     if kind == 'writing' and saving['step'] == at:
       await asyncio.sleep(0.01)
-      die()
+      act()
     return await original_array_write(self, *args, **kwargs)
 
   type_handlers.NumpyHandler._open_and_write = array_write
@@ -105,10 +139,10 @@ def install(kind: str, at: int) -> None:
   async def rename(src, dst, *args, **kwargs):
     final = os.path.basename(str(dst)) == str(at)
     if final and kind == 'commit':
-      die()
+      act()
     result = await original_rename(src, dst, *args, **kwargs)
     if final and kind == 'committed':
-      die()
+      act()
     return result
 
   atomicity.async_path.rename = rename
@@ -120,19 +154,19 @@ def install(kind: str, at: int) -> None:
     result = original_delete(self, step)
     if kind == 'deleting' and step == at:  # moved out of the way, now half removed
       for root, _, names in os.walk(os.path.join(str(self._directory), checkpoint.TRASH)):
-        for name in names[:1]:
+        for name in names[:1] if killing else []:
           os.remove(os.path.join(root, name))
-      die()
+      act()
     return result
 
   deleter.StandardCheckpointDeleter.delete = delete
 
 
 def main() -> None:
-  kind, _, at = sys.argv[1].partition(':')
+  kind, at, *action = sys.argv[1].split(':')
   sys.path.insert(0, ROOT)
   sys.argv = [os.path.join(ROOT, 'launch.py'), *sys.argv[2:]]
-  install(kind, int(at))
+  install(kind, int(at), *action)
   from encoder import launch
   launch.main()
 
