@@ -102,8 +102,8 @@ def run(argv: list[str]) -> int:
     from encoder import describe  # lazy
     from encoder.tasks import get_task  # lazy
     task = get_task(config.task)
+    print(describe.recipe(config) + '\n')
     print(describe.describe(task.build_model(config), task.dummy_batch(config)))
-    print(describe.recipe(config))
     return 0
   if args.prepare_data:
     from encoder.data.pretrain import preparation, pretraining_data  # lazy

@@ -21,7 +21,8 @@ def test_every_experiment_loads_with_and_without_smoke(name):
   assert configs.load_experiment(name).experiment == name
   smoke = configs.load_experiment(f'{name}:smoke')
   assert smoke.experiment == name and smoke.train.num_steps <= 10
-  assert smoke.model.size == 'tiny' and not smoke.init_from
+  # A modern experiment's smoke keeps its architecture at the tiny size.
+  assert smoke.model.size in ('tiny', 'modern_tiny') and not smoke.init_from
 
 
 def test_variants_apply_in_order_and_unknown_ones_name_the_known():
@@ -43,7 +44,8 @@ def test_variants_apply_in_order_and_unknown_ones_name_the_known():
 def test_every_experiment_refuses_an_unknown_variant(name):
   with pytest.raises(ConfigError) as e:
     configs.load_experiment(f'{name}:smoke,fast')
-  assert str(e.value) == f"unknown variant 'fast' for experiment {name} (known: smoke)"
+  known = 'smoke, context' if name in ('mlm_modern_base', 'mlm_modern_large') else 'smoke'
+  assert str(e.value) == f"unknown variant 'fast' for experiment {name} (known: {known})"
 
 
 def pretraining_only_data_fields() -> set[str]:
