@@ -12,7 +12,6 @@ arm: median step_ms, and its ratio to the arm below it and to `0-bert`.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import statistics
@@ -24,17 +23,16 @@ from benchmarks.common.synthetic import random_batch  # noqa: E402
 from encoder import configs  # noqa: E402
 from encoder.modules.config import resolved_fields  # noqa: E402
 from encoder.sweep import parse_sweep  # noqa: E402
-from encoder.sweep.grid import named_runs  # noqa: E402
+from encoder.sweep.grid import run_configs  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
 
 
 def arm_configs() -> list[tuple[str, object]]:
+  """(name, resolved config) of every ladder run, as `--sweep ladder` runs them."""
   base = configs.load_experiment('mlm_modern_tiny')
   axes = parse_sweep('ladder', base, configs.experiment_module('mlm_modern_tiny'))
   out = []
-  for name, overrides in named_runs(axes):
-    config = copy.deepcopy(base)
-    configs.apply_overrides(config, overrides)
+  for name, _, config in run_configs(base, axes):
     config.model.vocab_size = config.data.vocab_size
     config.model.update(resolved_fields(config.model))
     out.append((name, config))

@@ -1,8 +1,6 @@
 """The modern recipe's experiments and the ladder: what each run is configured to be, the
 mask-rate schedule's arithmetic, and mlm_modern_base at its real size (counted, one step)."""
 
-import copy
-
 import ml_collections
 import pytest
 
@@ -11,18 +9,13 @@ from encoder.data.pretrain import mask_schedule
 from encoder.errors import ConfigError
 from encoder.modules.config import model_config
 from encoder.sweep import parse_sweep
-from encoder.sweep.grid import named_runs
+from encoder.sweep.grid import run_configs
 
 
 def ladder_runs():
   config = configs.load_experiment('mlm_modern_tiny')
   axes = parse_sweep('ladder', config, configs.experiment_module('mlm_modern_tiny'))
-  out = []
-  for name, overrides in named_runs(axes):
-    run = copy.deepcopy(config)
-    configs.apply_overrides(run, overrides)
-    out.append((name, run))
-  return config, out
+  return config, [(name, run) for name, _, run in run_configs(config, axes)]
 
 
 def test_the_ladder_climbs_from_bert_without_nsp_to_mlm_modern_tiny_one_step_at_a_time():

@@ -102,6 +102,18 @@ def named_runs(axes: list[tuple[str, list]]) -> list[tuple[str, list[str]]]:
   return out
 
 
+def run_configs(config: config_dict.ConfigDict, axes: list[tuple[str, list]]
+                ) -> list[tuple[str, list[str], config_dict.ConfigDict]]:
+  """Every run as (name, overrides, config): `named_runs`, each with a copy of `config` that
+  has its overrides applied (the sweep runs these; benchmarks and tests read them)."""
+  out = []
+  for name, overrides in named_runs(axes):
+    run = copy.deepcopy(config)
+    configs.apply_overrides(run, overrides)
+    out.append((name, overrides, run))
+  return out
+
+
 def run_name(overrides: list[str], fixed: frozenset = frozenset()) -> str:
   """`model.attention=causal` + `data.nsp=false` -> `attention=causal,nsp=false`: readable and
   safe as a directory name. Keys in `fixed` (one value across the whole grid) are left out: they

@@ -8,15 +8,14 @@ is recorded (`run_status.json`) and the others go on. After each run the report 
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import time
 import traceback
 
-from encoder import configs, storage
+from encoder import storage
 from encoder.errors import EncoderError
-from encoder.sweep.grid import named_runs
+from encoder.sweep.grid import run_configs
 from encoder.sweep.report import write_report
 from encoder.sweep.status import finished, read_status, write_status
 from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
@@ -27,25 +26,21 @@ log = logging.getLogger('encoder')
 def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
               dry_run: bool = False) -> list[dict]:
   """Runs (or lists) the grid; returns one status record per run."""
-  names, grid = map(list, zip(*named_runs(axes), strict=True))
+  runs = run_configs(config, axes)
   if dry_run:
-    for name, overrides in zip(names, grid, strict=True):
+    for name, overrides, _ in runs:
       print(f"{os.path.join(sweep_dir, name)}  {' '.join('--config.' + o for o in overrides)}")
     return []
   setup_logging()
   storage.check_checkpoint_location(sweep_dir)
   storage.check_bucket(sweep_dir)  # before anything is written
-  run_configs = []
-  for name, overrides in zip(names, grid, strict=True):  # all refused before any run starts
-    run_config = copy.deepcopy(config)
-    configs.apply_overrides(run_config, overrides)
+  for name, _, run_config in runs:  # all refused before any run starts
     if 'cache_dir' in run_config.data and not run_config.data.cache_dir:
       # One cache for the arms: those on the same corpus share one preparation of it.
       run_config.data.cache_dir = os.path.join(sweep_dir, 'cache')
     check_workdir(run_config, os.path.join(sweep_dir, name))
-    run_configs.append(run_config)
   storage.makedirs(sweep_dir)
-  for name, overrides, run_config in zip(names, grid, run_configs, strict=True):
+  for name, overrides, run_config in runs:
     workdir = os.path.join(sweep_dir, name)
     status = read_status(workdir)
     if status.get('status') == 'done' and finished(workdir, run_config):

@@ -107,11 +107,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   saved = check_workdir(config, workdir)
   if config.init_from and saved is None:
     ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
+  origin = ('init_from', config.init_from) if config.init_from else \
+      ('decay_from', config.train.get('decay_from', ''))
+  if origin[1] and saved is None:
     for key, value in inherited.items():
-      log.info('From init_from %s: %s=%r', config.init_from, key, value)
-  if config.train.get('decay_from') and saved is None:
-    for key, value in inherited.items():
-      log.info('From decay_from %s: %s=%r', config.train.decay_from, key, value)
+      log.info('From %s %s: %s=%r', *origin, key, value)
   # SIGTERM/SIGINT become a stop request from here to the end (set-up, eval, checkpoint writes,
   # uploads, the final wait): a signal outside the loop must not kill a run mid-commit.
   with _StopRequest() as stop, workdir_lock.hold(workdir, enabled=distributed.is_main_process()):

@@ -100,6 +100,17 @@ def stable_adamw_reference(params, grads_per_step, lr, b1, b2, eps, wd, decays):
   return w, clipped
 
 
+def stepped(tx, params, grads_per_step):
+  """`params` after `tx` applied the given gradients one step each, in float32."""
+  p = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+  state = tx.init(p)
+  for grads in grads_per_step:
+    updates, state = tx.update({k: jnp.asarray(g, jnp.float32) for k, g in grads.items()},
+                               state, p)
+    p = optax.apply_updates(p, updates)
+  return p
+
+
 def test_stable_adamw_matches_the_papers_update_in_numpy():
   rng = np.random.default_rng(0)
   params = {'kernel': rng.normal(size=(4, 3)), 'bias': rng.normal(size=3),
@@ -117,23 +128,14 @@ def test_stable_adamw_matches_the_papers_update_in_numpy():
   tx = make_optimizer(train_config(optimizer='stable_adamw', schedule='constant', warmup_steps=0,
                                    learning_rate=lr, b1=b1, b2=b2, eps=eps, weight_decay=wd,
                                    clip_norm=0.0))
-  p = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-  state = tx.init(p)
-  for grads in steps:
-    updates, state = tx.update({k: jnp.asarray(g, jnp.float32) for k, g in grads.items()},
-                               state, p)
-    p = optax.apply_updates(p, updates)
+  p = stepped(tx, params, steps)
   for k in params:
     np.testing.assert_allclose(np.asarray(p[k]), want[k], rtol=2e-5, atol=1e-6)
   # Without the clipping (AdamW), the spike moves the weights elsewhere: the test can tell.
   plain = make_optimizer(train_config(optimizer='adamw', schedule='constant', warmup_steps=0,
                                       learning_rate=lr, b1=b1, b2=b2, eps=eps, weight_decay=wd,
                                       clip_norm=0.0))
-  q = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-  s = plain.init(q)
-  for grads in steps:
-    updates, s = plain.update({k: jnp.asarray(g, jnp.float32) for k, g in grads.items()}, s, q)
-    q = optax.apply_updates(q, updates)
+  q = stepped(plain, params, steps)
   assert np.abs(np.asarray(q['kernel']) - want['kernel']).max() > 1e-3
 
 

@@ -135,9 +135,9 @@ def max_predictions(d) -> int:
 def mask_config(config, tokenizer: Tokenizer) -> MaskConfig:
   """The training masks of step 0 (`at_rate` gives another step's, of the same width)."""
   d = config.data
-  mask_schedule.check(d)
+  mask_schedule.check(d)  # every rate of the schedule in (0, 1)
   max_pred = max_predictions(d)
-  if not 0 < d.mask_rate < 1 or max_pred < 1:
+  if max_pred < 1:
     raise ConfigError(f'data.mask_rate={d.mask_rate} and data.max_predictions_per_seq={max_pred}'
                       ' must give at least one prediction: use 0 < mask_rate < 1')
   if d.mask_token_prob < 0 or d.random_token_prob < 0 or \
