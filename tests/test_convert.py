@@ -207,6 +207,19 @@ def test_from_hf_refuses_what_we_cannot_express(tmp_path, changes, message):
   assert not os.path.exists(tmp_path / 'out')
 
 
+def test_relative_paths_convert_both_ways(tmp_path, monkeypatch):
+  """The README's `--out runs/minilm` is relative; Orbax refuses relative checkpoint paths,
+  so the converter makes them absolute."""
+  monkeypatch.chdir(tmp_path)
+  convert('--from-hf', TINY, '--out', 'runs/tiny')
+  assert os.path.isdir(tmp_path / 'runs' / 'tiny' / 'checkpoints' / '0')
+  convert('--to-hf', 'runs/tiny', '--out', 'hf')
+  exported = load_file(str(tmp_path / 'hf' / 'model.safetensors'))
+  original = load_file(os.path.join(TINY, 'model.safetensors'))
+  np.testing.assert_array_equal(exported['bert.embeddings.word_embeddings.weight'],
+                                original['bert.embeddings.word_embeddings.weight'])
+
+
 def test_cli_errors_are_one_line(tiny, tmp_path):
   cases = [('--from-hf', str(tmp_path / 'missing'), '--out', str(tmp_path / 'a')),
            ('--to-hf', str(tmp_path / 'missing'), '--out', str(tmp_path / 'b')),

@@ -200,6 +200,7 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   from experiments import mlm_nsp_base
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
+  workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
   if not storage.isfile(os.path.join(hf_dir, 'config.json')):
     raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face BERT or "
                           'ModernBERT directory')
