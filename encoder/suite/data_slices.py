@@ -1,12 +1,14 @@
-"""A task's train and dev files for the suite: a deterministic held-out slice of its training
-file as the dev set (the official dev sets are often not at hand), or its own dev file.
+"""A task's train and dev files for the suite: its own dev file where the folder has it, else
+a deterministic held-out slice of its training file (the official dev sets are often not at
+hand: `suite.dev_set=auto`, the default, decides per task; `official` or `heldout` force one).
 
 The slice is a seeded shuffle of the file's units (table rows, CoNLL sentences, SQuAD
 paragraphs): the first `heldout_fraction` (at most `dev_size`) are the dev set, the rest (at
 most `train_size`) the training set. Units are written back verbatim (header, byte-order mark
 and all), so the runs read the files as GLUE ships them. The slices are written once, into a
 folder named by the settings and the source file's size, and every arm, seed and rerun reads
-the same ones.
+the same ones. With an official dev file, `train_size` still caps the training file (a
+seeded sample of it, written the same way).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import os
 import random
 
 from encoder import storage
+from encoder.errors import ConfigError
 from encoder.suite.tasks import SuiteTask
 
 SOURCE_DIRS = {'glue': 'data_dir', 'conll': 'conll_dir', 'squad': 'squad_dir'}
+DEV_SETS = ('auto', 'official', 'heldout')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,48 +33,62 @@ class TaskData:
   train: str = ''
   dev: str = ''
   missing: str = ''  # why the task cannot run ('' when it can)
+  dev_source: str = 'official'  # 'official' (its own dev file, or TFDS's) or 'heldout'
 
 
 def task_data(task: SuiteTask, suite, suite_dir: str) -> TaskData:
   """The task's files under the suite's folder (sliced on first use), TFDS, or why missing."""
+  mode = suite.dev_set
+  if mode not in DEV_SETS:
+    raise ConfigError(f"suite.dev_set={mode!r}: expected one of {', '.join(DEV_SETS)}")
   folder = suite.get(SOURCE_DIRS[task.source])
   if not folder:
     return TaskData()  # TFDS: the experiment's own splits (the official dev set)
   train = os.path.join(storage.abspath(folder), task.train_file)
   if not storage.isfile(train):
     return TaskData(missing=f'no {train}')
-  if suite.dev_set == 'official':
-    dev = os.path.join(storage.abspath(folder), task.dev_file)
-    if not storage.isfile(dev):
-      return TaskData(missing=f'no {dev} (suite.dev_set=official)')
+  dev = os.path.join(storage.abspath(folder), task.dev_file)
+  if mode == 'official' and not storage.isfile(dev):
+    return TaskData(missing=f'no {dev} (suite.dev_set=official)')
+  official = mode == 'official' or (mode == 'auto' and storage.isfile(dev))
+  if official and not suite.train_size:
     return TaskData(train, dev)
-  return heldout_slices(task, train, suite, os.path.join(suite_dir, 'data'))
+  sliced = slices(task, train, suite, os.path.join(suite_dir, 'data'), heldout=not official)
+  return dataclasses.replace(sliced, dev=dev) if official else sliced
 
 
-def heldout_slices(task: SuiteTask, source: str, suite, data_dir: str) -> TaskData:
+def slices(task: SuiteTask, source: str, suite, data_dir: str, heldout: bool = True) -> TaskData:
+  """The training file's slices: the held-out dev set (with `heldout`) and the capped rest."""
   settings = {'source': source, 'bytes': storage.getsize(source),
-              'fraction': float(suite.heldout_fraction), 'dev_size': int(suite.dev_size),
+              'fraction': float(suite.heldout_fraction) if heldout else 0.0,
+              'dev_size': int(suite.dev_size) if heldout else 0,
               'train_size': int(suite.train_size), 'seed': int(suite.split_seed)}
   key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
   folder = os.path.join(data_dir, f'{task.name}-{key}')
   ext = os.path.splitext(task.train_file)[1]
-  paths = TaskData(os.path.join(folder, f'train{ext}'), os.path.join(folder, f'dev{ext}'))
-  if storage.isfile(paths.dev):  # written last: both are complete
+  paths = TaskData(os.path.join(folder, f'train{ext}'),
+                   os.path.join(folder, f'dev{ext}') if heldout else '',
+                   dev_source='heldout' if heldout else 'official')
+  done = os.path.join(folder, 'slice.json')  # written last: the slices are complete
+  if storage.isfile(done):
     return paths
   head, units, joiner, tail = _split_units(task.kind, storage.read_text(source),
                                            task.header_lines)
   order = list(range(len(units)))
   random.Random(int(suite.split_seed)).shuffle(order)
-  n_dev = max(1, round(len(units) * float(suite.heldout_fraction)))
-  if suite.dev_size:
-    n_dev = min(n_dev, int(suite.dev_size))
+  n_dev = 0
+  if heldout:
+    n_dev = max(1, round(len(units) * float(suite.heldout_fraction)))
+    if suite.dev_size:
+      n_dev = min(n_dev, int(suite.dev_size))
   dev, train = order[:n_dev], order[n_dev:]
   if suite.train_size:
     train = train[:int(suite.train_size)]
   storage.makedirs(folder)
   for path, picked in ((paths.train, train), (paths.dev, dev)):
-    storage.write_atomic(path, head + joiner.join(units[i] for i in sorted(picked)) + tail)
-  storage.write_atomic(os.path.join(folder, 'slice.json'), json.dumps(
+    if path:
+      storage.write_atomic(path, head + joiner.join(units[i] for i in sorted(picked)) + tail)
+  storage.write_atomic(done, json.dumps(
       {**settings, 'train_units': len(train), 'dev_units': len(dev)}, indent=2))
   return paths
 

@@ -18,9 +18,11 @@ def suite_config() -> config_dict.ConfigDict:
   s.data_dir = ''  # GLUE's layout (SST-2/train.tsv, MRPC/train.tsv, ...); '' = TFDS glue/*
   s.conll_dir = ''  # CoNLL-2003 (train.txt, valid.txt); '' = TFDS conll2003
   s.squad_dir = ''  # SQuAD v1.1 (train-v1.1.json, dev-v1.1.json); '' = TFDS squad
-  # heldout: the dev set is a held-out slice of each training file (the same slice for every
-  # arm, seed and rerun: a seeded shuffle); official: the task's own dev file.
-  s.dev_set = 'heldout'
+  # auto: each task's own dev file (dev.tsv, valid.txt, ...) where the folder has it, else a
+  # held-out slice of its training file (the same slice for every arm, seed and rerun: a seeded
+  # shuffle); official: always the dev file (missing: the task is listed as missing); heldout:
+  # always the slice.
+  s.dev_set = 'auto'
   s.heldout_fraction = 0.1
   s.dev_size = 0  # at most this many dev examples (0: all the slice holds)
   s.train_size = 0  # at most this many training examples (0: all): budgets for small machines

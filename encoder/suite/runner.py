@@ -58,7 +58,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
             + ' '.join(f'--config.{o}' for o in spec.overrides))
     return {}
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
-          'dev_sets': _dev_text(suite), 'budget': _budget_text(suite, run_overrides),
+          'dev_sets': _dev_text(suite, present), 'budget': _budget_text(suite, run_overrides),
           'overrides': run_overrides, 'tasks': [t.name for t, _ in present]}
   steps = {arm.name: arm.step for arm in arms}
 
@@ -81,12 +81,16 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   return summary
 
 
-def _dev_text(suite) -> str:
-  if suite.dev_set == 'official':
-    return 'the official dev files'
+def _dev_text(suite, present) -> str:
+  """Which dev set each task is scored on: its own dev file, or a held-out slice of train."""
+  heldout = [task.name for task, data in present if data.dev_source == 'heldout']
+  official = [task.name for task, data in present if data.dev_source == 'official']
   caps = f', at most {suite.dev_size}' if suite.dev_size else ''
-  return (f'a held-out {suite.heldout_fraction:g} of each training file{caps} '
-          f'(split seed {suite.split_seed})')
+  parts = [f'the official dev files ({", ".join(official)})'] if official else []
+  if heldout:
+    parts.append(f'a held-out {suite.heldout_fraction:g} of the training file{caps} '
+                 f'(split seed {suite.split_seed}; {", ".join(heldout)})')
+  return '; '.join(parts) or 'none'
 
 
 def _budget_text(suite, run_overrides: list[str]) -> str:

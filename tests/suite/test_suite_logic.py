@@ -162,6 +162,33 @@ def test_the_heldout_dev_slice_is_deterministic_disjoint_and_verbatim(tmp_path, 
   assert (again / 'data' / folder / 'dev.tsv').read_text(encoding='utf-8') == read('dev.tsv')
 
 
+def test_a_tasks_own_dev_file_is_its_dev_set_where_present_and_train_size_still_caps(
+    tmp_path, fake_trainer, monkeypatch):
+  data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
+  dev = tmp_path / 'glue' / 'SST-2' / 'dev.tsv'
+  dev.write_text('sentence\tlabel\ngood film \t1\n', encoding='utf-8')
+  seen = {}
+
+  def recording_trainer(config, workdir):  # which files each run was given
+    seen[os.path.basename(workdir)] = (config.data.train, config.data.eval)
+    return fake_trainer(config, workdir)
+
+  from encoder.train import trainer
+  monkeypatch.setattr(trainer, 'train_and_evaluate', recording_trainer)
+  summary = _suite(tmp_path, 'suite.seeds=1', 'suite.scratch=false', 'suite.train_size=30',
+                   data_dir=data_dir)
+  sst2_train, sst2_dev = seen['sst2-seed0']
+  assert sst2_dev == str(dev)  # the official file: MRPC has none here, so it is held out
+  assert len(open(sst2_train, encoding='utf-8').read().splitlines()) == 1 + 30
+  mrpc_train, mrpc_dev = seen['mrpc-seed0']
+  assert os.path.dirname(mrpc_dev) == os.path.dirname(mrpc_train) != os.path.dirname(str(dev))
+  assert 'official dev files (sst2)' in summary['dev_sets'] and 'mrpc)' in summary['dev_sets']
+  with pytest.raises(ConfigError, match='suite.dev_set'):
+    _suite(tmp_path, 'suite.dev_set=offical', data_dir=data_dir)
+  missing = _suite(tmp_path, 'suite.dev_set=official', 'suite.seeds=1', data_dir=data_dir)
+  assert 'suite.dev_set=official' in missing['missing']['mrpc']
+
+
 def test_conll_and_squad_files_are_sliced_by_sentence_and_paragraph(tmp_path, fake_trainer):
   conll = tmp_path / 'conll'
   conll.mkdir()
