@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -136,6 +137,18 @@ def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
                     axes, sweep_dir)
   assert os.stat(finished).st_mtime_ns == mtime
   assert json.load(open(os.path.join(sweep_dir, 'num_heads=2', 'config.json')))['data']['nsp']
+
+  # A finished run copied into another sweep whose run has the same config is skipped there,
+  # and reported under that sweep's name and overrides.
+  config = smoke_config(corpus, cache_dir, 'train.num_steps=3')
+  other_axes = [('model.num_heads', [2]), ('train.seed', [config.train.seed])]
+  other = tmp_path / 'other'
+  copied = other / f'num_heads=2,seed={config.train.seed}'
+  shutil.copytree(os.path.join(sweep_dir, 'num_heads=2'), copied)
+  (record,) = run_sweep('mlm_nsp_tiny:smoke', config, other_axes, str(other))
+  assert os.stat(copied / 'metrics.jsonl').st_mtime_ns == mtime  # skipped, not retrained
+  assert record['name'] == copied.name and record['overrides'][-1].startswith('train.seed=')
+  assert f'| {copied.name} | model.num_heads=2 train.seed=' in (other / 'sweep.md').read_text()
 
 
 def test_a_run_killed_mid_write_is_reported_as_far_as_its_metrics_are_whole(tmp_path):

@@ -45,6 +45,9 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     status = read_status(workdir)
     if status.get('status') == 'done' and finished(workdir, run_config):
       log.info('sweep: %s finished already, skipped', name)
+      if status.get('name') != name:  # copied from another sweep: the same config, our name
+        write_status(workdir, {**status, 'name': name, 'overrides': overrides,
+                               'experiment': spec})
       continue
     log.info('sweep: %s (%s)', name, ' '.join(overrides))
     start = time.time()
