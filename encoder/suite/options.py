@@ -31,6 +31,7 @@ def suite_config() -> config_dict.ConfigDict:
   s.parallel = 1  # runs at once; above 1, each in its own process with a share of the host
   s.checkpoints = 'last'  # on a pretraining run: last | all | STEP,STEP
   s.scratch = True  # a baseline arm: the same architecture, randomly initialised
+  s.compile_cache = True  # the runs share compiled steps (SUITE/compile_cache; compile_cache.py)
   s.keep_weights = False  # keep each fine-tuned run's checkpoints (else only its metrics)
   return c
 

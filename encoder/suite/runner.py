@@ -9,13 +9,14 @@ missing are listed, not run), every run's config (a bad override fails now).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 
 from encoder import storage
 from encoder.suite import arms as arms_lib
-from encoder.suite import data_slices, options, plan, report, results
+from encoder.suite import compile_cache, data_slices, options, plan, report, results
 from encoder.suite.execute import run_all
 from encoder.suite.tasks import suite_tasks
 from encoder.sweep.report import write_report as write_sweep_report
@@ -71,7 +72,8 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
            len(present), len(runs), suite_dir)
   start = time.time()
   write_report()
-  complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
+  with (compile_cache.shared(suite_dir) if suite.compile_cache else contextlib.nullcontext()):
+    complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
   if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns
