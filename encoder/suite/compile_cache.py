@@ -23,10 +23,11 @@ FOLDER = 'compile_cache'
 
 
 @contextlib.contextmanager
-def shared(suite_dir: str):
+def shared(suite_dir: str, enabled: bool = True):
   """While the suite runs, this process and the workers it starts cache compiled programs in
-  SUITE_DIR/compile_cache (or the cache already set; none for a suite in a bucket); yields
-  the cache in use ('' for none). The process's own setting comes back afterwards."""
+  SUITE_DIR/compile_cache (or the cache already set; none for a suite in a bucket, or when not
+  `enabled`: suite.compile_cache=false); yields the cache in use ('' for none). The process's
+  own setting comes back afterwards."""
   import jax
   from jax.experimental.compilation_cache import compilation_cache
 
@@ -34,7 +35,7 @@ def shared(suite_dir: str):
   chosen = env_before or dir_before
   if not chosen and not storage.is_remote(suite_dir):
     chosen = os.path.join(suite_dir, FOLDER)
-  if not chosen:
+  if not (enabled and chosen):
     yield ''
     return
   os.environ[ENV] = chosen  # inherited by suite.parallel's worker processes

@@ -20,11 +20,9 @@ import os
 import random
 
 from encoder import storage
-from encoder.errors import ConfigError
 from encoder.suite.tasks import SuiteTask
 
 SOURCE_DIRS = {'glue': 'data_dir', 'conll': 'conll_dir', 'squad': 'squad_dir'}
-DEV_SETS = ('auto', 'official', 'heldout')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +36,7 @@ class TaskData:
 
 def task_data(task: SuiteTask, suite, suite_dir: str) -> TaskData:
   """The task's files under the suite's folder (sliced on first use), TFDS, or why missing."""
-  mode = suite.dev_set
-  if mode not in DEV_SETS:
-    raise ConfigError(f"suite.dev_set={mode!r}: expected one of {', '.join(DEV_SETS)}")
+  mode = suite.dev_set  # checked by options.build
   folder = suite.get(SOURCE_DIRS[task.source])
   if not folder:
     return TaskData()  # TFDS: the experiment's own splits (the official dev set)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from ml_collections import config_dict
 
 from encoder import configs
+from encoder.errors import ConfigError
+
+DEV_SETS = ('auto', 'official', 'heldout')
 
 
 def suite_config() -> config_dict.ConfigDict:
@@ -50,4 +53,7 @@ def build(overrides: list[str]) -> config_dict.ConfigDict:
   """The suite settings: defaults, then the overrides (a named suite's first, the user's)."""
   config = suite_config()
   configs.apply_overrides(config, overrides)
+  if config.suite.dev_set not in DEV_SETS:
+    raise ConfigError(f"suite.dev_set={config.suite.dev_set!r}: expected one of "
+                      f"{', '.join(DEV_SETS)}")
   return config

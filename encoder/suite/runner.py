@@ -9,7 +9,6 @@ missing are listed, not run), every run's config (a bad override fails now).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -72,7 +71,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
            len(present), len(runs), suite_dir)
   start = time.time()
   write_report()
-  with (compile_cache.shared(suite_dir) if suite.compile_cache else contextlib.nullcontext()):
+  with compile_cache.shared(suite_dir, bool(suite.compile_cache)):
     complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))

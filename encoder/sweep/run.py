@@ -43,15 +43,14 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
   for name, overrides, run_config in runs:
     workdir = os.path.join(sweep_dir, name)
     status = read_status(workdir)
+    record = {'name': name, 'overrides': overrides, 'experiment': spec}
     if status.get('status') == 'done' and finished(workdir, run_config):
       log.info('sweep: %s finished already, skipped', name)
       if status.get('name') != name:  # copied from another sweep: the same config, our name
-        write_status(workdir, {**status, 'name': name, 'overrides': overrides,
-                               'experiment': spec})
+        write_status(workdir, {**status, **record})
       continue
     log.info('sweep: %s (%s)', name, ' '.join(overrides))
     start = time.time()
-    record = {'name': name, 'overrides': overrides, 'experiment': spec}
     try:
       train_and_evaluate(run_config, workdir)
       record['status'] = 'done' if finished(workdir, run_config) else 'interrupted'
