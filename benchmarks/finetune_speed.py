@@ -53,7 +53,7 @@ class Ours:
   def __init__(self, exp: str, workdir: str, overrides: list[str], steps_ahead: int):
     import jax
 
-    from encoder.tasks.common import batch_examples
+    from encoder.tasks.task_inputs import batch_examples
     from encoder.train.run_setup import setup_train_loop
     self.jax, self.batch_examples = jax, batch_examples
     self.real_tokens, self.computed_tokens = 0, 0

@@ -26,8 +26,8 @@ from encoder.data.tokenizer import JsonTokenizer, WordPieceTokenizer, load_token
 from encoder.errors import CheckpointError, EncoderError
 from encoder.hf import mapping, modernbert
 from encoder.inference import load
-from encoder.modules.common import dense
 from encoder.modules.config import model_config
+from encoder.modules.layers import dense
 from encoder.modules.transformer import Encoder
 
 HF_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh'}

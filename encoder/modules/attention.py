@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.modules import matmul
-from encoder.modules.common import compute_dtype, truncated_normal, zeros_init
 from encoder.modules.config import ModelConfig
+from encoder.modules.layers import compute_dtype, truncated_normal, zeros_init
 from encoder.modules.rotary import apply_rope
 
 

@@ -7,8 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from encoder.modules.common import compute_dtype, kernel_init, layer_norm
 from encoder.modules.config import ModelConfig
+from encoder.modules.layers import compute_dtype, kernel_init, layer_norm
 
 
 class Embeddings(nn.Module):

@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from encoder.modules import matmul
-from encoder.modules.common import activation, compute_dtype, dense, layer_norm, zeros_init
 from encoder.modules.config import ModelConfig
+from encoder.modules.layers import activation, compute_dtype, dense, layer_norm, zeros_init
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:

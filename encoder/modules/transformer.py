@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from encoder.modules.attention import SelfAttention, attention_mask
-from encoder.modules.common import activation, dense, layer_norm
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
+from encoder.modules.layers import activation, dense, layer_norm
 from encoder.modules.rotary import rope_tables
 
 # Logical layouts of the activations the mesh strategy pins (no-ops elsewhere): the residual

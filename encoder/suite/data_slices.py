@@ -20,7 +20,7 @@ import os
 import random
 
 from encoder import storage
-from encoder.suite.tasks import SuiteTask
+from encoder.suite.catalog import SuiteTask
 
 SOURCE_DIRS = {'glue': 'data_dir', 'conll': 'conll_dir', 'squad': 'squad_dir'}
 

@@ -17,8 +17,8 @@ import os
 
 from encoder import configs
 from encoder.suite.arms import Arm
+from encoder.suite.catalog import SuiteTask
 from encoder.suite.data_slices import TaskData
-from encoder.suite.tasks import SuiteTask
 
 # Evaluate once, after the last step (the trainer always evaluates then): intermediate evals
 # cost time and the suite reports the final dev score, not the best of several (which would

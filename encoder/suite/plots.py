@@ -8,7 +8,7 @@ import io
 import os
 
 from encoder import storage
-from encoder.suite.tasks import TASKS
+from encoder.suite.catalog import TASKS
 
 
 def write_plots(suite_dir: str, summary: dict) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import statistics
 
+from encoder.suite.catalog import GLUE, TASKS
 from encoder.suite.plan import RunSpec
-from encoder.suite.tasks import GLUE, TASKS
 from encoder.sweep.status import read_status
 
 

@@ -15,9 +15,9 @@ import time
 
 from encoder import storage
 from encoder.suite import arms as arms_lib
-from encoder.suite import compile_cache, data_slices, options, plan, report, results
+from encoder.suite import compile_cache, data_slices, options, plan, results, suite_report
+from encoder.suite.catalog import suite_tasks
 from encoder.suite.execute import run_all
-from encoder.suite.tasks import suite_tasks
 from encoder.sweep.report import write_report as write_sweep_report
 from encoder.train.trainer import setup_logging
 
@@ -64,7 +64,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
 
   def write_report() -> dict:
     summary = results.summarise(runs, missing, meta, steps)
-    report.write(suite_dir, summary)
+    suite_report.write(suite_dir, summary)
     return summary
 
   log.info('suite %s: %d arm(s) x %d task(s) -> %d run(s) in %s', name, len(arms),

@@ -23,8 +23,8 @@ from encoder.errors import DataError
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.transformer import Encoder
-from encoder.tasks import common, metrics
-from encoder.tasks.common import encoder_inputs
+from encoder.tasks import metrics, task_inputs
+from encoder.tasks.task_inputs import encoder_inputs
 
 WEIGHTS = ('weight',)
 
@@ -45,7 +45,7 @@ class BertForClassification(nn.Module):
 
 def num_labels(config) -> int:
   """data.num_labels, else the size of data.labels, else 2 (before the data is read)."""
-  names = common.given_names(config)
+  names = task_inputs.given_names(config)
   return config.data.num_labels or (len(names) if names else 2)
 
 
@@ -56,7 +56,7 @@ def build_model(config) -> BertForClassification:
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
   regression = num_labels(config) == 1
-  return {**common.dummy_inputs(config, batch_size),
+  return {**task_inputs.dummy_inputs(config, batch_size),
           'label': jnp.zeros((batch_size,), jnp.float32 if regression else jnp.int32),
           'weight': jnp.ones((batch_size,), jnp.float32)}
 
@@ -98,10 +98,10 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
   records, one per example: text, gold, prediction (+ its probability)."""
   names = data.info['labels']
   results, records = {}, {}
-  for s, offset, n in common.eval_slices(data, len(predictions['logits'])):
+  for s, offset, n in task_inputs.eval_slices(data, len(predictions['logits'])):
     logits = np.asarray(predictions['logits'][offset:offset + n], np.float64)
     gold, examples = s.arrays['label'][:n], s.examples[:n]
-    suffix = common.metric_suffix(s.name)
+    suffix = task_inputs.metric_suffix(s.name)
     if names is None:
       pred = logits[:, 0]
       scores = metrics.regression_scores(gold, pred)
@@ -140,7 +140,7 @@ def _labels(config, examples, names: list[str] | None, regression: bool) -> np.n
       raise DataError(f'{wheres[bad]}: label {values[bad]!r} is not a finite number '
                       '(data.num_labels=1 is regression)')
     return np.asarray([float(v) for v in values], np.float32)
-  return np.asarray(common.label_ids(values, wheres, names), np.int32)
+  return np.asarray(task_inputs.label_ids(values, wheres, names), np.int32)
 
 
 def _is_float(v) -> bool:
@@ -155,13 +155,13 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   """Reads, labels, tokenizes and encodes the train and eval sets (see FinetuningData)."""
   d = config.data
   packing.packing_mode(config)  # a bad value fails before anything is written
-  local, train_source, eval_sources = common.eval_sources(config)
+  local, train_source, eval_sources = task_inputs.eval_sources(config)
   cols = file_readers.split_list(d.text_columns)
   train, source_names = _read(config, train_source, local, cols)
   regression = d.num_labels == 1 or (not local and source_names is None)
-  names = None if regression else (common.given_names(config) or source_names
-                                   or common.infer_names([e.label for e in train]))
-  evals = [(common.eval_set_name(i, s), _read(config, s, local, cols)[0])
+  names = None if regression else (task_inputs.given_names(config) or source_names
+                                   or task_inputs.infer_names([e.label for e in train]))
+  evals = [(task_inputs.eval_set_name(i, s), _read(config, s, local, cols)[0])
            for i, s in enumerate(eval_sources)]
   tokenizer = finetuning_data.finetuning_tokenizer(
       config, workdir, [t for e in train for t in e.texts])
@@ -180,11 +180,11 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
 
 def resolved_fields(config, data) -> dict:
   """Vocabulary size, and the label set (num_labels 1: regression)."""
-  fields = common.vocab_fields(config, data.tokenizer)
+  fields = task_inputs.vocab_fields(config, data.tokenizer)
   names = data.info['labels']
   if names is None:
     return {**fields, 'data.num_labels': 1}
-  return {**fields, **common.label_fields(config, names)}
+  return {**fields, **task_inputs.label_fields(config, names)}
 
 
 write_predictions = None  # the evaluator's JSONL predictions are all there is

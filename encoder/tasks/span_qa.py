@@ -27,8 +27,8 @@ from encoder.errors import ConfigError, DataError
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import SpanHead
 from encoder.modules.transformer import Encoder
-from encoder.tasks import common, span_decoding, squad_metrics
-from encoder.tasks.common import encoder_inputs
+from encoder.tasks import span_decoding, squad_metrics, task_inputs
+from encoder.tasks.task_inputs import encoder_inputs
 
 WEIGHTS = ('weight',)
 
@@ -53,7 +53,7 @@ def build_model(config) -> BertForQuestionAnswering:
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
-  return {**common.dummy_inputs(config, batch_size),
+  return {**task_inputs.dummy_inputs(config, batch_size),
           'start_positions': jnp.zeros((batch_size,), jnp.int32),
           'end_positions': jnp.zeros((batch_size,), jnp.int32),
           'weight': jnp.ones((batch_size,), jnp.float32)}
@@ -96,7 +96,7 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
   options = data.info['decode']
   version_2 = options['version_2']
   results, records = {}, {}
-  for s, offset, n in common.eval_slices(data, len(predictions['start_logits'])):
+  for s, offset, n in task_inputs.eval_slices(data, len(predictions['start_logits'])):
     start = predictions['start_logits'][offset:offset + n]
     end = predictions['end_logits'][offset:offset + n]
     preds = span_decoding.decode_all(s.examples, s.extra, start, end, options)
@@ -111,7 +111,7 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
       scores = squad_metrics.squad_v2(golds, answers, odds, spans)
     else:
       scores = squad_metrics.squad_v1(golds, answers)
-    suffix = common.metric_suffix(s.name)
+    suffix = task_inputs.metric_suffix(s.name)
     results.update({f'{k}{suffix}': v for k, v in scores.items()})
     records[s.name] = [_record(e, p, golds[e.qid], version_2) for e, p in pairs]
   return results, records
@@ -162,9 +162,9 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   if d.answer_start_mismatch not in squad_examples.MISMATCH_POLICIES:
     raise ConfigError(f"data.answer_start_mismatch='{d.answer_start_mismatch}' is not one of "
                       f"{', '.join(squad_examples.MISMATCH_POLICIES)}")
-  local, train_source, eval_sources = common.eval_sources(config)
+  local, train_source, eval_sources = task_inputs.eval_sources(config)
   train = _read(config, train_source, local)
-  evals = [(common.eval_set_name(i, s), _read(config, s, local))
+  evals = [(task_inputs.eval_set_name(i, s), _read(config, s, local))
            for i, s in enumerate(eval_sources)]
   texts = list(dict.fromkeys(e.context for e in train)) + [e.question for e in train]
   tokenizer = finetuning_data.finetuning_tokenizer(config, workdir, texts)
@@ -191,7 +191,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
 
 def resolved_fields(config, data) -> dict:
   """Vocabulary size (the answer positions need no label set)."""
-  return common.vocab_fields(config, data.tokenizer)
+  return task_inputs.vocab_fields(config, data.tokenizer)
 
 
 prepare_data = None  # local files and TFDS splits need no preparation

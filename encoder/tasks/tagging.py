@@ -21,8 +21,8 @@ from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_e
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import TokenClassificationHead
 from encoder.modules.transformer import Encoder
-from encoder.tasks import common, conlleval
-from encoder.tasks.common import encoder_inputs
+from encoder.tasks import conlleval, task_inputs
+from encoder.tasks.task_inputs import encoder_inputs
 
 log = logging.getLogger('encoder')
 WEIGHTS = ('label_weights',)
@@ -43,7 +43,7 @@ class BertForTagging(nn.Module):
 
 def num_labels(config) -> int:
   """data.num_labels, else the size of data.labels, else 9 (CoNLL-2003's, before reading)."""
-  names = common.given_names(config)
+  names = task_inputs.given_names(config)
   return config.data.num_labels or (len(names) if names else 9)
 
 
@@ -53,7 +53,7 @@ def build_model(config) -> BertForTagging:
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
   shape = (batch_size, config.data.max_seq_length)
-  return {**common.dummy_inputs(config, batch_size), 'labels': jnp.zeros(shape, jnp.int32),
+  return {**task_inputs.dummy_inputs(config, batch_size), 'labels': jnp.zeros(shape, jnp.int32),
           'label_weights': jnp.zeros(shape, jnp.float32)}
 
 
@@ -94,13 +94,13 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
   and predicted tags (IOB2) per sentence."""
   names = data.info['labels']
   results, records = {}, {}
-  for s, offset, n in common.eval_slices(data, len(predictions['tags'])):
+  for s, offset, n in task_inputs.eval_slices(data, len(predictions['tags'])):
     examples = s.examples[:n]
     pred = [word_tags(row, pos, len(e.words), names) for row, pos, e in
             zip(predictions['tags'][offset:offset + n], s.extra[:n], examples, strict=True)]
     gold = [e.tags for e in examples]
     scores = conlleval.entity_scores(gold, pred)
-    suffix = common.metric_suffix(s.name)
+    suffix = task_inputs.metric_suffix(s.name)
     results.update({f'{k}{suffix}': scores[k] for k in ('precision', 'recall', 'f1')})
     results.update({f'f1_{kind}{suffix}': v['f1'] for kind, v in scores['per_type'].items()})
     records[s.name] = [{'text': ' '.join(e.words), 'words': e.words, 'gold': g, 'prediction': p}
@@ -137,10 +137,10 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   of their own here, as labels and weights are per token."""
   d = config.data
   packing.packing_mode(config)  # a bad value fails before anything is written
-  local, train_source, eval_sources = common.eval_sources(config)
+  local, train_source, eval_sources = task_inputs.eval_sources(config)
   train = _read(config, train_source, local, train=True)
-  names = tag_names(train, common.given_names(config))
-  evals = [(common.eval_set_name(i, s), _read(config, s, local))
+  names = tag_names(train, task_inputs.given_names(config))
+  evals = [(task_inputs.eval_set_name(i, s), _read(config, s, local))
            for i, s in enumerate(eval_sources)]
   tokenizer = finetuning_data.finetuning_tokenizer(config, workdir,
                                                    [' '.join(s.words) for s in train])
@@ -151,7 +151,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     labels = np.zeros_like(arrays['input_ids'])
     weights = np.zeros(labels.shape, np.float32)
     for i, (s, pos) in enumerate(zip(sentences, positions, strict=True)):
-      ids = common.label_ids(s.tags, [s.where] * len(s.tags), names)
+      ids = task_inputs.label_ids(s.tags, [s.where] * len(s.tags), names)
       labels[i, pos], weights[i, pos] = ids[:len(pos)], 1.0
     _report_cut_words(sentences, positions, int(d.max_seq_length))
     return {**arrays, 'labels': labels, 'label_weights': weights}, positions
@@ -180,8 +180,8 @@ def _report_cut_words(sentences, positions, max_len: int) -> None:
 
 def resolved_fields(config, data) -> dict:
   """Vocabulary size, and the tag set."""
-  return {**common.vocab_fields(config, data.tokenizer),
-          **common.label_fields(config, data.info['labels'], 'tags')}
+  return {**task_inputs.vocab_fields(config, data.tokenizer),
+          **task_inputs.label_fields(config, data.info['labels'], 'tags')}
 
 
 write_predictions = None  # the evaluator's JSONL predictions are all there is

@@ -17,7 +17,7 @@ import jax
 from encoder import configs, storage, store_retry
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
-from encoder.tasks.common import batch_examples
+from encoder.tasks.task_inputs import batch_examples
 from encoder.train import branch, distributed, faults, workdir_lock
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import resolve as resolve_lib

@@ -12,8 +12,8 @@ import pytest
 
 from encoder.errors import ConfigError
 from encoder.modules.attention import _Projection
-from encoder.modules.common import kernel_init
 from encoder.modules.config import attention_impl, model_config
+from encoder.modules.layers import kernel_init
 from tests.modules.helpers import init_encoder, random_inputs, tiny_config
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from encoder.errors import ConfigError
-from encoder.modules.common import init_stddev
 from encoder.modules.config import MODERN_ARCHITECTURE, ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
+from encoder.modules.layers import init_stddev
 from encoder.modules.rotary import apply_rope, rope_tables
 from encoder.modules.transformer import Encoder, Mlp
 from tests.modules.helpers import tiny_config

@@ -16,7 +16,7 @@ import pytest
 from encoder import configs
 from encoder.errors import ConfigError
 from encoder.tasks import get_task
-from encoder.tasks.common import batch_examples
+from encoder.tasks.task_inputs import batch_examples
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train.steps import predict_step
 from encoder.train.trainer import train_and_evaluate

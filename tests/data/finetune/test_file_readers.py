@@ -8,7 +8,7 @@ import pytest
 from encoder.data.finetune import file_readers, finetuning_data, tfds_examples
 from encoder.data.tokenizer import WordPieceTokenizer
 from encoder.errors import DataError
-from encoder.tasks import common
+from encoder.tasks import task_inputs
 
 ROWS = [('a fine film', 'it is, truly', 'pos'), ('dull', 'very "dull"', 'neg')]
 
@@ -68,11 +68,11 @@ def test_missing_jsonl_field_and_labels_outside_the_set(tmp_path):
   path = _write(tmp_path / 'd.jsonl', '{"a": "x", "label": "pos"}\n{"a": "y"}\n')
   with pytest.raises(DataError, match="d.jsonl:2: no field 'label'"):
     file_readers.read_classification(path, 'a', 'label')
-  assert common.label_ids(['neg', '1', 1], ['f:1', 'f:2', 'f:3'], ['neg', 'pos']) == [0, 1, 1]
+  assert task_inputs.label_ids(['neg', '1', 1], ['f:1', 'f:2', 'f:3'], ['neg', 'pos']) == [0, 1, 1]
   with pytest.raises(DataError, match="f:2: label 'meh' is not in the label set"):
-    common.label_ids(['pos', 'meh'], ['f:1', 'f:2'], ['neg', 'pos'])
-  assert common.infer_names(['2', '0']) == ['0', '1', '2']
-  assert common.infer_names(['pos', 'neg', 'pos']) == ['neg', 'pos']
+    task_inputs.label_ids(['pos', 'meh'], ['f:1', 'f:2'], ['neg', 'pos'])
+  assert task_inputs.infer_names(['2', '0']) == ['0', '1', '2']
+  assert task_inputs.infer_names(['pos', 'neg', 'pos']) == ['neg', 'pos']
 
 
 def _bert_truncate_seq_pair(tokens_a, tokens_b, max_length):

@@ -11,7 +11,7 @@ import os
 
 from encoder import storage
 from encoder.suite import plots
-from encoder.suite.tasks import TASKS
+from encoder.suite.catalog import TASKS
 
 FILES = ('suite.json', 'suite.csv', 'suite.md', 'suite.png')
 
