@@ -208,7 +208,7 @@ def test_from_hf_refuses_what_we_cannot_express(tmp_path, changes, message):
 
 
 def test_relative_paths_convert_both_ways(tmp_path, monkeypatch):
-  """The README's `--out runs/minilm` is relative; Orbax refuses relative checkpoint paths,
+  """docs/conversion.md's `--out runs/minilm` is relative; Orbax refuses relative checkpoint paths,
   so the converter makes them absolute."""
   monkeypatch.chdir(tmp_path)
   convert('--from-hf', TINY, '--out', 'runs/tiny')
