@@ -114,21 +114,21 @@ def test_checkpoint_retries_are_counted(cloud_env, gcs_emulator, monkeypatch):
   from encoder import store_retry
   from encoder.train.checkpoint import Checkpointer
   from tests.fault_proxy import FaultProxy
+  from tests.toy_state import toy_state
   workdir = f"{BUCKETS['gs']}/counted"
   params = {'encoder': {'w': np.arange(6.0, dtype=np.float32).reshape(2, 3)}}
   before = store_retry.counts()
   with FaultProxy(gcs_emulator, fault_rate=0.3, seed=0) as proxy:
     monkeypatch.setenv('STORAGE_EMULATOR_HOST', proxy.url)
     checkpointer = Checkpointer(workdir, keep=1)
-    checkpointer.save(1, params, {'step': np.int32(1)}, {'position': 1})
+    checkpointer.save(1, toy_state(params, 1), {'position': 1})
     checkpointer.close()
     monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
   assert retried_since(before, 'checkpoint') > 0  # some of the 503s met tensorstore
   assert retried_since(before, 'checkpoint', 'gcsfs', 'upload') == proxy.faults
-  step, restored, _, _ = Checkpointer(workdir, keep=1).restore_newest_readable(
-      params, {'step': np.zeros((), np.int32)})
-  assert step == 1
-  np.testing.assert_array_equal(restored['encoder']['w'], params['encoder']['w'])
+  saved = Checkpointer(workdir, keep=1).restore_newest_readable(toy_state(params))
+  assert saved.step == 1
+  np.testing.assert_array_equal(saved.state.params['encoder']['w'], params['encoder']['w'])
   storage.rmtree(workdir)
 
 
@@ -217,6 +217,7 @@ def test_bucket_checkpoints_commit_in_place_keep_the_newest_and_skip_unfinished_
 
   from encoder.checkpoint_files import checkpoint_candidates, restore_newest_params
   from encoder.train.checkpoint import Checkpointer
+  from tests.toy_state import toy_state
   monkeypatch.chdir(tmp_path)
   workdir = f'{BUCKETS[kind]}/ckpt'
   like = {'encoder': {'w': np.zeros((2, 3), np.float32)}}
@@ -225,7 +226,7 @@ def test_bucket_checkpoints_commit_in_place_keep_the_newest_and_skip_unfinished_
     return {'encoder': {'w': np.full((2, 3), step, np.float32)}}
   checkpointer = Checkpointer(workdir, keep=2)
   for step in (1, 2, 3):
-    checkpointer.save(step, params(step), {'step': np.int32(step)}, {'position': step})
+    checkpointer.save(step, toy_state(params(step), step), {'position': step})
   checkpointer.close()
   steps = f'{workdir}/checkpoints'
   assert sorted(storage.listdir(steps)) == ['2', '3']  # step 1 deleted, nothing renamed aside
@@ -235,11 +236,10 @@ def test_bucket_checkpoints_commit_in_place_keep_the_newest_and_skip_unfinished_
 
   checkpointer = Checkpointer(workdir, keep=2)
   assert checkpointer.latest_step() == 3
-  step, restored, train, data = checkpointer.restore_newest_readable(
-      like, {'step': np.zeros((), np.int32)})
-  assert (step, int(train['step']), data) == (3, 3, {'position': 3})
-  np.testing.assert_array_equal(restored['encoder']['w'], params(3)['encoder']['w'])
-  checkpointer.save(4, params(4), {'step': np.int32(4)}, {'position': 4}, force=True)
+  saved = checkpointer.restore_newest_readable(toy_state(like))
+  assert (saved.step, int(saved.state.step), saved.data_state) == (3, 3, {'position': 3})
+  np.testing.assert_array_equal(saved.state.params['encoder']['w'], params(3)['encoder']['w'])
+  checkpointer.save(4, toy_state(params(4), 4), {'position': 4}, force=True)
   checkpointer.close()
   assert sorted(storage.listdir(steps)) == ['3', '4']
   assert checkpoint_candidates(workdir)[1] == [f'{steps}/4/params', f'{steps}/3/params']
@@ -289,11 +289,12 @@ def test_one_variable_points_every_layer_at_the_emulator_and_no_metadata_server(
 
     from encoder.checkpoint_files import restore_newest_params
     from encoder.train.checkpoint import Checkpointer
+    from tests.toy_state import toy_state
     params = {'encoder': {'w': np.arange(6.0, dtype=np.float32).reshape(2, 3)}}
     for kind in ('gs', 's3'):
       workdir = f'{BUCKETS[kind]}/layers'
       checkpointer = Checkpointer(workdir, keep=1)
-      checkpointer.save(1, params, {'step': np.int32(1)}, {'position': 1})
+      checkpointer.save(1, toy_state(params, 1), {'position': 1})
       checkpointer.close()
       _, params_dir, restored = restore_newest_params(workdir)
       assert params_dir == f'{workdir}/checkpoints/1/params'

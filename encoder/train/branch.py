@@ -24,6 +24,8 @@ import orbax.checkpoint as ocp
 from encoder import orbax_s3, storage
 from encoder.checkpoint_files import checkpoint_candidates
 from encoder.errors import CheckpointError, ConfigError
+from encoder.train.checkpoint import Saved, from_items, restore_args
+from encoder.train.steps import TrainState
 
 log = logging.getLogger('encoder')
 
@@ -54,18 +56,15 @@ def check(config) -> None:
                       'whole checkpoint (weights, optimizer state, step) of its source run')
 
 
-def restore(text: str, params_like, train_like) -> tuple[int, dict, dict, dict]:
-  """(step, params, train, data_state) of the source checkpoint, shaped like the given abstract
-  trees (this run's layout), read without opening the source for writing."""
+def restore(text: str, like: TrainState) -> Saved:
+  """The source checkpoint, shaped like `like` (this run's layout), read without opening the
+  source for writing."""
   workdir, step = source(text)
   directory = storage.join(workdir, 'checkpoints')
   options = orbax_s3.manager_options(directory, create=False, read_only=True)
   manager = ocp.CheckpointManager(directory, options=options)
-  args = ocp.args.Composite(params=ocp.args.StandardRestore(params_like),
-                            train=ocp.args.StandardRestore(train_like),
-                            data=ocp.args.JsonRestore())
   try:
-    restored = manager.restore(step, args=args)
+    restored = manager.restore(step, args=restore_args(like))
   except Exception as e:  # noqa: BLE001 - Orbax raises many types for a mismatched tree
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
     raise CheckpointError(
@@ -73,18 +72,18 @@ def restore(text: str, params_like, train_like) -> tuple[int, dict, dict, dict]:
         'branch needs the source run\'s model and train.optimizer') from None
   finally:
     manager.close()
-  _check_shapes(text, step, {'params': params_like, 'train': train_like}, restored)
+  saved = from_items(step, restored)
+  _check_shapes(text, step, like, saved.state)
   log.info('Branching from %s at step %d (parameters, optimizer state, data position)',
            workdir, step)
-  return step, restored['params'], restored['train'], restored['data']
+  return saved
 
 
-def _check_shapes(text: str, step: int, like: dict, restored) -> None:
+def _check_shapes(text: str, step: int, like: TrainState, restored: TrainState) -> None:
   """Orbax restores an array of another shape as it was saved: name the first that differs."""
   wanted = jax.tree_util.tree_flatten_with_path(like)[0]
   got = {jax.tree_util.keystr(p): np.shape(v)
-         for p, v in jax.tree_util.tree_flatten_with_path(
-             {k: restored[k] for k in like})[0]}
+         for p, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
   for path, value in wanted:
     name = jax.tree_util.keystr(path)
     if got.get(name) != tuple(value.shape):

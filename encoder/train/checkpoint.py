@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -32,9 +33,43 @@ import orbax.checkpoint as ocp
 from encoder import orbax_s3, storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.errors import CheckpointError
+from encoder.train.steps import TrainState
 
 log = logging.getLogger('encoder')
 TRASH = 'deleting'  # checkpoints/deleting/<step>: old steps on their way out
+
+
+class Saved(NamedTuple):
+  """One checkpoint step read back: the train state on the host and the loader's position."""
+  step: int
+  state: TrainState
+  data_state: dict
+
+
+def save_args(state: TrainState, data_state: dict) -> ocp.args.Composite:
+  """The step's three items from the train state: the params alone (what `encoder.load` and
+  `init_from` read), the rest of the state, and the loader's position."""
+  train = {'step': state.step, 'opt_state': state.opt_state, 'rng': state.rng}
+  return ocp.args.Composite(params=ocp.args.StandardSave(state.params),
+                            train=ocp.args.StandardSave(train),
+                            data=ocp.args.JsonSave(data_state))
+
+
+def restore_args(like: TrainState | None) -> ocp.args.Composite:
+  """What restores the three items into `like`'s shapes and layout (None: as saved)."""
+  train_like = None if like is None else {'step': like.step, 'opt_state': like.opt_state,
+                                          'rng': like.rng}
+  return ocp.args.Composite(
+      params=ocp.args.StandardRestore(None if like is None else like.params),
+      train=ocp.args.StandardRestore(train_like), data=ocp.args.JsonRestore())
+
+
+def from_items(step: int, restored) -> Saved:
+  """The items Orbax restored (`restore_args`) as one `Saved`."""
+  train = restored['train']
+  state = TrainState(step=train['step'], params=restored['params'],
+                     opt_state=train['opt_state'], rng=train['rng'])
+  return Saved(step, state, restored['data'])
 
 
 class Checkpointer:
@@ -69,15 +104,14 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
-  def save(self, step: int, params, train: dict, data_state: dict, force: bool = False,
+  def save(self, step: int, state: TrainState, data_state: dict, force: bool = False,
            metrics: dict | None = None) -> None:
-    """Saves host (numpy) trees; asynchronous: returns once the arrays are copied.
+    """Saves a host (numpy) train state and the loader's position; asynchronous: returns once
+    the arrays are copied.
 
     A failed write (of this step, or of the previous one, whose error Orbax raises here) is a
     one-line CheckpointError; the steps committed before it are left as they are."""
-    args = ocp.args.Composite(params=ocp.args.StandardSave(params),
-                              train=ocp.args.StandardSave(train),
-                              data=ocp.args.JsonSave(data_state))
+    args = save_args(state, data_state)
     self.wait()
     self._writing = step
     try:
@@ -95,15 +129,15 @@ class Checkpointer:
         f'({type(e).__name__}: {first}); {kept}. Free disk space (or fix the directory) and run '
         'the same command to resume')
 
-  def restore_newest_readable(self, params_like, train_like) -> tuple | None:
-    """(step, params, train, data_state) of the newest step that restores in full, or None
-    when there are no checkpoints. Newer unreadable steps are moved aside with a warning, so
+  def restore_newest_readable(self, like: TrainState) -> Saved | None:
+    """The newest step that restores in full (into `like`), or None when there are no
+    checkpoints. Newer unreadable steps are moved aside with a warning, so
     the resumed run can write those steps again; if none is readable, CheckpointError and
     nothing is moved."""
     failures = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
-        restored = self.restore(step, params_like, train_like)
+        restored = self.restore(step, like)
       except Exception as e:  # noqa: BLE001 - Orbax raises many types for damaged files
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         failures.append((step, reason))
@@ -111,7 +145,7 @@ class Checkpointer:
                     os.path.join(self.directory, str(step)), type(e).__name__, reason)
         continue
       self.set_aside([s for s, _ in failures])
-      return (step, *restored)
+      return restored
     if not failures:
       return None
     raise CheckpointError(
@@ -130,13 +164,9 @@ class Checkpointer:
       log.warning('warning: moved unreadable checkpoint %s to %s', step, target)
     self.manager.reload()
 
-  def restore(self, step: int, params_like, train_like) -> tuple:
-    """(params, train, data_state) at `step`, shaped like the given abstract trees."""
-    args = ocp.args.Composite(params=ocp.args.StandardRestore(params_like),
-                              train=ocp.args.StandardRestore(train_like),
-                              data=ocp.args.JsonRestore())
-    restored = self.manager.restore(step, args=args)
-    return restored['params'], restored['train'], restored['data']
+  def restore(self, step: int, like: TrainState | None) -> Saved:
+    """The checkpoint of `step`, shaped like `like` (None: as it was saved)."""
+    return from_items(step, self.manager.restore(step, args=restore_args(like)))
 
   def wait(self) -> None:
     """Blocks until the last save committed; CheckpointError if it failed."""

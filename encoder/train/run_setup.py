@@ -79,19 +79,15 @@ def setup_train_loop(config, workdir: str) -> RunSetup:
   checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints,
                                        best_metric=t.get('best_metric', ''))
   like = strategy.checkpoint_like(model, tx, dummy)  # shapes (and layout), no device memory
-  restored = checkpointer.restore_newest_readable(
-      like.params, {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
-  start, data_state = 0, None
-  if restored is not None:
-    log.info('Resuming from checkpoint at step %d in %s', restored[0], checkpointer.directory)
+  saved = checkpointer.restore_newest_readable(like)
+  if saved is not None:
+    log.info('Resuming from checkpoint at step %d in %s', saved.step, checkpointer.directory)
   elif t.get('decay_from'):  # a new branch: the source run's checkpoint, whole
-    restored = branch.restore(t.decay_from, like.params,
-                              {'step': like.step, 'opt_state': like.opt_state, 'rng': like.rng})
-  if restored is not None:
-    start, params, train, data_state = restored
-    state = strategy.place_state(TrainState(step=train['step'], params=params,
-                                            opt_state=train['opt_state'], rng=train['rng']))
+    saved = branch.restore(t.decay_from, like)
+  if saved is not None:
+    start, data_state, state = saved.step, saved.data_state, strategy.place_state(saved.state)
   else:  # a new run, or one stopped before its first checkpoint: init_from applies again
+    start, data_state = 0, None
     state = strategy.init_state(model, tx, dummy, t.seed, _init_from_params(config, model, dummy))
   return RunSetup(config, task, strategy, model, tx, dummy, state,
                   *_compiled(config, task, strategy, model, tx), _count(like.params),

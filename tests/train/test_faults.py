@@ -24,6 +24,7 @@ from encoder import checkpoint_files
 from encoder.errors import CheckpointError, ConfigError
 from encoder.train import faults, metric_writer, sharding, steps, strategy, workdir_lock
 from encoder.train.checkpoint import Checkpointer
+from tests.toy_state import toy_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARAMS = {'encoder': {'w': np.arange(12, dtype=np.float32).reshape(3, 4)}}
@@ -32,8 +33,8 @@ PARAMS = {'encoder': {'w': np.arange(12, dtype=np.float32).reshape(3, 4)}}
 def save_steps(workdir, steps_to_save=(1, 2, 3), keep=5) -> Checkpointer:
   checkpointer = Checkpointer(str(workdir), keep)
   for step in steps_to_save:
-    checkpointer.save(step, {'encoder': {'w': PARAMS['encoder']['w'] + step}},
-                      {'step': np.int32(step)}, {'step': step}, force=True)
+    checkpointer.save(step, toy_state({'encoder': {'w': PARAMS['encoder']['w'] + step}}, step),
+                      {'step': step}, force=True)
   checkpointer.wait()
   return checkpointer
 
@@ -64,7 +65,7 @@ DAMAGE = [truncate_arrays, garbage_metadata, delete_train_item, delete_data_item
 
 
 def restore_like():
-  return jax.tree.map(np.zeros_like, PARAMS), {'step': np.zeros((), np.int32)}
+  return toy_state(jax.tree.map(np.zeros_like, PARAMS))
 
 
 @pytest.mark.parametrize('damage', DAMAGE, ids=lambda f: f.__name__)
@@ -72,9 +73,10 @@ def test_resume_falls_back_to_the_newest_readable_checkpoint(tmp_path, damage, e
   save_steps(tmp_path).close()
   damage(str(tmp_path / 'checkpoints' / '3'))
   checkpointer = Checkpointer(str(tmp_path), 5)
-  step, params, train, data = checkpointer.restore_newest_readable(*restore_like())
-  assert (step, int(train['step']), data) == (2, 2, {'step': 2})
-  np.testing.assert_array_equal(params['encoder']['w'], PARAMS['encoder']['w'] + 2)
+  saved = checkpointer.restore_newest_readable(restore_like())
+  assert (saved.step, int(saved.state.step), saved.data_state) == (2, 2, {'step': 2})
+  np.testing.assert_array_equal(saved.state.params['encoder']['w'], PARAMS['encoder']['w'] + 2)
+  np.testing.assert_array_equal(saved.state.opt_state['count'], [2, 2])
   warnings = [r.getMessage() for r in encoder_log.records if r.levelno == logging.WARNING]
   assert any('checkpoints/3 is unreadable' in w for w in warnings), warnings
   assert all('\n' not in w for w in warnings)
@@ -83,7 +85,7 @@ def test_resume_falls_back_to_the_newest_readable_checkpoint(tmp_path, damage, e
   assert [n.split('-')[0] for n in os.listdir(tmp_path / 'checkpoints_unreadable')] == ['3']
   assert checkpointer.latest_step() == 2
   # The resumed run can write step 3 again.
-  checkpointer.save(3, PARAMS, {'step': np.int32(3)}, {'step': 3}, force=True)
+  checkpointer.save(3, toy_state(PARAMS, 3), {'step': 3}, force=True)
   checkpointer.close()
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1', '2', '3']
 
@@ -93,7 +95,7 @@ def test_nothing_readable_is_one_line_and_moves_nothing(tmp_path):
   for step in ('1', '2'):
     garbage_metadata(str(tmp_path / 'checkpoints' / step))
   with pytest.raises(CheckpointError, match=r'no readable checkpoint .*step 2') as e:
-    Checkpointer(str(tmp_path), 5).restore_newest_readable(*restore_like())
+    Checkpointer(str(tmp_path), 5).restore_newest_readable(restore_like())
   assert '\n' not in str(e.value)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1', '2']
 
@@ -138,7 +140,7 @@ def test_failed_write_is_one_line_and_keeps_earlier_checkpoints(tmp_path, monkey
   with monkeypatch.context() as patch:
     inject_write_error(patch, asynchronous)
     with pytest.raises(CheckpointError) as e:
-      checkpointer.save(3, PARAMS, {'step': np.int32(3)}, {'step': 3}, force=True)
+      checkpointer.save(3, toy_state(PARAMS, 3), {'step': 3}, force=True)
       checkpointer.wait()
   message = str(e.value)
   assert '\n' not in message
@@ -151,7 +153,7 @@ def test_failed_write_is_one_line_and_keeps_earlier_checkpoints(tmp_path, monkey
   assert '3' not in os.listdir(tmp_path / 'checkpoints')
   # Space again: the same step saves over Orbax's leftover temporary directory.
   checkpointer = Checkpointer(str(tmp_path), 2)
-  checkpointer.save(3, PARAMS, {'step': np.int32(3)}, {'step': 3}, force=True)
+  checkpointer.save(3, toy_state(PARAMS, 3), {'step': 3}, force=True)
   checkpointer.close()
   assert sorted(n for n in os.listdir(tmp_path / 'checkpoints') if n.isdigit())[-1] == '3'
 

@@ -71,13 +71,13 @@ def test_two_processes_match_one_and_their_checkpoint_restores_in_one(
   assert len(read_metrics(str(tmp_path / 'two'), 'eval')) == 1  # written once, by process 0
 
   reference = Checkpointer(str(one), 1, asynchronous=False)
-  params_like, train_like, _ = reference.restore(4, None, None)
+  like = reference.restore(4, None).state
   restored = Checkpointer(str(tmp_path / 'two'), 1, asynchronous=False)
-  params, train_state, data_state = restored.restore(4, params_like, train_like)
-  assert data_state == {'step': 4}
-  assert int(train_state['step']) == 4
+  saved = restored.restore(4, like)
+  assert saved.data_state == {'step': 4}
+  assert int(saved.state.step) == 4
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6),
-               (params, train_state['opt_state']), (params_like, train_like['opt_state']))
+               (saved.state.params, saved.state.opt_state), (like.params, like.opt_state))
   for c in (reference, restored):
     c.close()
 

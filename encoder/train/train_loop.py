@@ -1,0 +1,194 @@
+"""The training loop: step, log, evaluate and save until the last step or a stop request.
+
+`run_loop` reads as the run goes: each step takes a batch and updates the state; every
+`train.log_every` steps the window's metrics become one train record, every `train.eval_every`
+steps the evaluator writes an eval record, and every `train.checkpoint_every` steps (and at the
+end, at a stop request, and when the best metric improves) the state is saved. What a log
+window adds up is kept in `LogWindow`; the loop only decides when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import jax
+
+from encoder import store_retry
+from encoder.tasks.task_inputs import batch_examples
+from encoder.train import distributed, faults
+from encoder.train.evaluation import BestMarker, Evaluator
+from encoder.train.metric_writer import MetricWriter, Progress
+from encoder.train.optim import learning_rate_schedule
+from encoder.train.run_setup import RunSetup
+
+log = logging.getLogger('encoder')
+
+
+@dataclasses.dataclass
+class LogWindow:
+  """The steps since the last train record: their metric sums (still on the devices), and what
+  the host reads off its batches (real and computed tokens: the packing efficiency; examples:
+  a packed step's count varies; seconds waited for a batch: input-bound or not), so nothing
+  waits for a device until the record is written."""
+  sums: list = dataclasses.field(default_factory=list)
+  real_tokens: int = 0
+  computed_tokens: int = 0
+  examples: int = 0
+  data_wait: float = 0.0
+  skipped: int = 0  # steps skipped as non-finite (train.skip_nonfinite): they add zeros
+
+  def add(self, batch: dict, sums: dict, waited: float) -> None:
+    self.sums.append(sums)
+    self.real_tokens += int(batch['input_mask'].sum())
+    self.computed_tokens += batch['input_mask'].size
+    self.examples += batch_examples(batch)
+    self.data_wait += waited
+
+  def record(self, run: RunSetup, step: int, progress: Progress, schedule
+             ) -> tuple[dict, dict]:
+    """The train record (fetching the sums from the devices: the loop's one host sync) and
+    what the progress bar shows of it."""
+    total = run.strategy.sum_metrics(self.sums)
+    grad_norm = total.pop('grad_norm') / max(len(self.sums) - self.skipped, 1)
+    metrics = run.task.reduce_metrics(total)
+    metrics['grad_norm'] = float(grad_norm)
+    if run.config.train.skip_nonfinite:
+      metrics['skipped_steps'] = self.skipped
+    # Examples: this host's count times the hosts (hosts hold equal shares of rows).
+    steps_per_sec, examples_per_sec = progress.rates(step, self.examples * jax.process_count())
+    wait_per_step = self.data_wait / len(self.sums)
+    metrics.update(learning_rate=float(schedule(step - 1)),
+                   steps_per_sec=steps_per_sec, examples_per_sec=examples_per_sec,
+                   real_token_fraction=self.real_tokens / max(self.computed_tokens, 1),
+                   data_wait_s=wait_per_step)
+    shown = {'loss': metrics['loss'], 'steps_per_sec': steps_per_sec,
+             'examples_per_sec': examples_per_sec}
+    if input_bound(wait_per_step, steps_per_sec):
+      shown['data_wait_s'] = wait_per_step
+    return metrics, shown
+
+
+def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) -> dict:
+  """Trains `run` from its start step to `train.num_steps` (or until `stop.signal` is set: a
+  checkpoint is saved first); returns the last eval metrics. A non-finite step ends the run
+  with its error once the last good state is saved."""
+  t, strategy, is_main = run.config.train, run.strategy, distributed.is_main_process()
+  writer = MetricWriter(workdir, enabled=is_main, resume_step=run.start_step)
+  progress = Progress(run.start_step, t.num_steps, t.batch_size, enabled=is_main)
+  train_iter = run.data.train_iterator(run.data_state)
+  evaluate = Evaluator(run.task, run.data, run.model, run.eval_step, t.eval_batches, workdir,
+                       strategy, enabled=is_main)
+  best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
+  monitor, retries = faults.NonfiniteMonitor(bool(t.skip_nonfinite)), \
+      RetryReport(progress, retried_before)
+  schedule = learning_rate_schedule(t)
+  window, lengths, eval_metrics, failure = LogWindow(), set(), {}, None
+  state, step = run.state, run.start_step
+  try:
+    while step < t.num_steps:
+      waited = time.perf_counter()
+      batch = next(train_iter)
+      waited = time.perf_counter() - waited
+      _note_length(batch, lengths, step, progress)
+      state, sums = run.train_step(state, strategy.place_batch(batch))
+      step += 1
+      monitor.add(step, sums)
+      window.add(batch, sums, waited)
+      progress.update(step)
+      if step == t.stop_at_step and not stop.signal:
+        stop.signal = f'train.stop_at_step={step}'
+      last = step == t.num_steps
+      logged, evaluated = step % t.log_every == 0 or last, step % t.eval_every == 0 or last
+      # Read once (a later signal is handled next step), and agreed by every host.
+      stopping = distributed.agreed_stop(stop.signal, logged or step == t.stop_at_step)
+      if logged or evaluated or stopping or step % t.checkpoint_every == 0:
+        try:  # a sync point: nothing poisoned is logged, evaluated or saved past here
+          window.skipped += monitor.check()
+        except faults.NonFiniteError as e:
+          failure = e
+          break
+      if logged:
+        metrics, shown = window.record(run, step, progress, schedule)
+        writer.write(step, 'train', metrics)
+        progress.update(step, **shown)
+        retries.report()
+        window = LogWindow()
+      if evaluated:
+        eval_metrics = evaluate(state, step)
+        writer.write(step, 'eval', eval_metrics)
+        progress.write(f'step {step} eval: ' + ', '.join(
+            f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
+      improved = evaluated and best.improves(eval_metrics)
+      if step % t.checkpoint_every == 0 or last or stopping or improved:
+        run.checkpointer.save(step, strategy.to_checkpoint(state), train_iter.state(),
+                              force=True, metrics=best.checkpoint_metrics(eval_metrics)
+                              if evaluated else None)
+      if improved:
+        best.mark(step, eval_metrics)
+      if stopping:
+        run.checkpointer.wait()  # committed (or a CheckpointError) before we say it is saved
+        progress.write(f'Stopped by {stopping} at step {step}: checkpoint saved; run the '
+                       'same command to resume.')
+        break
+  except BaseException:
+    # The run stops here (a shard gone, a failed upload, Ctrl-C twice): the save in flight
+    # still commits, so the newest checkpoint is whole; its own failure is reported beside.
+    train_iter.close()
+    _finish_saving(run.checkpointer)
+    progress.close()
+    raise
+  train_iter.close()
+  log.info('train step compiled for %d sequence length(s): %s', len(lengths),
+           ', '.join(map(str, sorted(lengths))))
+  run.checkpointer.close()  # waits for the last save: the last good state is on disk
+  progress.close()
+  writer.close()
+  retries.report(final=True)
+  if failure is not None:
+    raise failure
+  return eval_metrics
+
+
+def _note_length(batch: dict, lengths: set, step: int, progress: Progress) -> None:
+  """Says when a batch brings a sequence length not seen yet: the step compiles again."""
+  length = batch['input_ids'].shape[-1]
+  if length not in lengths:
+    lengths.add(length)
+    progress.write(f'step {step + 1}: compiling the train step for sequence length '
+                   f'{length} ({len(lengths)} so far)')
+
+
+def input_bound(wait_per_step: float, steps_per_sec: float) -> bool:
+  """Whether the steps waited for data long enough to say so: over 5% of a step and 1 ms."""
+  return wait_per_step > max(1e-3, 0.05 / max(steps_per_sec, 1e-9))
+
+
+class RetryReport:
+  """Says in the log when the store's transient errors were retried (store_retry counts)."""
+
+  def __init__(self, progress: Progress, start: dict[str, int]):
+    self.progress, self.start = progress, start
+    self.seen: dict[str, int] = {}
+
+  def report(self, final: bool = False) -> None:
+    now = {k: v - self.start.get(k, 0) for k, v in store_retry.counts().items()}
+    now = {k: v for k, v in now.items() if v}
+    if now == self.seen and not (final and now):
+      return
+    total = sum(now.values())
+    kinds = ', '.join(f'{k} {v}' for k, v in sorted(now.items()))
+    line = f'storage: {total} transient error(s) retried so far ({kinds})'
+    if final:
+      log.info('%s', line.replace('so far', 'in this run'))
+    else:
+      self.progress.write(line)
+    self.seen = now
+
+
+def _finish_saving(checkpointer) -> None:
+  try:
+    checkpointer.close()
+  except Exception as e:  # noqa: BLE001 - already stopping for another error: say it, go on
+    log.warning('warning: %s', e)
