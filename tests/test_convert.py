@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 
 import encoder
 from encoder.checkpoint_files import resolve_checkpoint
-from encoder.hf.convert import main as convert_main
+from encoder.convert import main as convert_main
 from encoder.inference import restore_params
 from tests.golden import hf_numpy
 from tests.golden.smoke import GOLDEN, ROOT, launch, minilm_dir, smoke_workdir

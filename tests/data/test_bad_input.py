@@ -13,13 +13,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from encoder import configs
+from encoder import configs, convert
 from encoder.data.corpus import sources
 from encoder.data.finetune import file_readers
 from encoder.data.tokenizer import SPECIALS, WordPieceTokenizer, train_sentencepiece
 from encoder.errors import ConfigError, DataError, EncoderError
-from encoder.hf import convert
-from encoder.tasks import classification, common
+from encoder.tasks import classification, task_inputs
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -164,9 +163,9 @@ def test_invalid_utf8_is_named_by_file_and_line(scratch):
 @given(values=st.lists(st.one_of(LABEL, st.sampled_from(['²', '٣', '1', '0', '-1', 'nan'])),
                        min_size=1, max_size=6))
 def test_label_ids_never_shift_a_label(values):
-  names = common.infer_names(values)
+  names = task_inputs.infer_names(values)
   try:
-    ids = common.label_ids(values, ['f:1'] * len(values), names)
+    ids = task_inputs.label_ids(values, ['f:1'] * len(values), names)
   except DataError as e:
     one_line(e)
     return
