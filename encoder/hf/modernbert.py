@@ -45,6 +45,8 @@ def layer_types(hf: dict, num_layers: int) -> list[str]:
   types = hf.get('layer_types')
   if types is None:
     every = hf.get('global_attn_every_n_layers', 3)
+    if not isinstance(every, int) or every < 1:
+      raise _refuse('global_attn_every_n_layers', every, 'is not a positive integer')
     return ['sliding_attention' if i % every else 'full_attention' for i in range(num_layers)]
   if (not isinstance(types, list) or len(types) != num_layers
       or any(t not in _LAYER_TYPES for t in types)):
@@ -68,7 +70,10 @@ def window_fields(types: list[str], local_attention: int) -> dict:
 
 
 def _rope_theta(hf: dict, layer_type: str) -> float:
-  params = (hf.get('rope_parameters') or {}).get(layer_type) or {}
+  every_type = hf.get('rope_parameters') or {}
+  params = (every_type.get(layer_type) or {}) if isinstance(every_type, dict) else None
+  if not isinstance(params, dict):
+    raise _refuse('rope_parameters', every_type, f'has no object for {layer_type}')
   rope_type = params.get('rope_type', 'default')
   if rope_type != 'default':
     raise _refuse(f'rope_parameters.{layer_type}.rope_type', rope_type,
@@ -129,7 +134,7 @@ class ModernBert(Family):
     if hf.get('rope_scaling'):
       raise _refuse('rope_scaling', hf['rope_scaling'], 'is a RoPE scaling we do not reproduce')
     act = hf.get('hidden_activation', 'gelu')
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
       raise _refuse('hidden_activation', act, f'is not one of {", ".join(ACTIVATIONS)}')
     if hf.get('classifier_activation', 'gelu') != 'gelu':
       raise _refuse('classifier_activation', hf['classifier_activation'],

@@ -229,11 +229,24 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | AN
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                         ANY_TEXT, inner, max_size=3), max_leaves=8)
 HF_KEYS = ['num_hidden_layers', 'hidden_size', 'num_attention_heads', 'intermediate_size',
-           'vocab_size', 'hidden_act', 'model_type', 'max_position_embeddings']
+           'vocab_size', 'hidden_act', 'model_type', 'max_position_embeddings',
+           # ModernBERT's
+           'hidden_activation', 'rope_parameters', 'rope_scaling', 'layer_types',
+           'global_attn_every_n_layers', 'local_attention', 'head_dim', 'classifier_pooling',
+           'attention_bias', 'mlp_bias', 'norm_eps', 'global_rope_theta']
+# Every registered family's config, with sizes that pass so the checks after them are reached.
+FAMILY_CONFIGS = st.builds(
+    lambda family, sizes, rest: {**sizes, **rest, 'model_type': family},
+    st.sampled_from(['bert', 'modernbert']),
+    st.fixed_dictionaries({k: st.integers(1, 8) for k in (
+        'num_hidden_layers', 'hidden_size', 'num_attention_heads', 'intermediate_size',
+        'vocab_size')}),
+    st.dictionaries(st.sampled_from(HF_KEYS), JSON | st.integers(0, 8), max_size=8))
 
 
 @FAST
-@given(config=st.one_of(JSON, st.dictionaries(st.sampled_from(HF_KEYS), JSON, max_size=8)))
+@given(config=st.one_of(JSON, st.dictionaries(st.sampled_from(HF_KEYS), JSON, max_size=8),
+                        FAMILY_CONFIGS))
 def test_convert_reads_any_config_json_or_refuses_in_one_line(config):
   try:
     fields = convert.model_fields(config)
