@@ -11,7 +11,8 @@ tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)` reads it, and
 starting point, not a run to resume. Only safetensors weights are read (not pytorch_model.bin).
 
 Each Hugging Face family is one file in encoder/hf/ implementing encoder.hf.family.Family, and
-one line of FAMILIES below; this file does what they share.
+one line of FAMILIES below; this file does what they share. JAX is imported only once a
+conversion runs, so --help and the refusals of a config.json answer at once.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ def _check_shapes(converted: dict, fields: dict) -> None:
   import flax.linen as nn
   import jax
 
-  from encoder.modules.config import model_config
-  from encoder.modules.transformer import Encoder
+  from encoder.modules.config import model_config  # lazy: JAX loads only when converting
+  from encoder.modules.transformer import Encoder  # lazy: as above
 
   ids = np.zeros((1, 2), np.int32)
   expected = jax.eval_shape(lambda: nn.unbox(Encoder(model_config(fields)).init(
@@ -126,8 +127,8 @@ def _fresh_pooler(fields: dict) -> dict:
   import flax.linen as nn
   import jax
 
-  from encoder.modules.config import model_config
-  from encoder.modules.layers import dense
+  from encoder.modules.config import model_config  # lazy: JAX loads only when converting
+  from encoder.modules.layers import dense  # lazy: as above
 
   cfg = model_config(fields)
   layer = dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'pooler')
@@ -188,7 +189,7 @@ def to_hf(path: str, out: str) -> list[str]:
   architecture (BERT, or ModernBERT for a rotary model); returns notes for the user."""
   from safetensors.numpy import save, save_file
 
-  from encoder.inference import load
+  from encoder.inference import load  # lazy: JAX loads only when converting
 
   _check_out(out)
   model = load(path)
