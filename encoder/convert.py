@@ -197,14 +197,17 @@ def to_hf(path: str, out: str) -> list[str]:
   saved = model.config['model']
   cfg = dataclasses.replace(model.model_config, dropout_rate=saved['dropout_rate'],
                             attention_dropout_rate=saved['attention_dropout_rate'])
-  family = next(f for f in FAMILIES if f.writes(cfg))
+  family = next((f for f in FAMILIES if f.writes(cfg)), None)
+  if family is None:
+    raise CheckpointError(f'no Hugging Face family ({_listed(f.name for f in FAMILIES)}) '
+                          'writes this architecture: this model does not convert')
   why = family.refusal(cfg)
   if why:
     raise CheckpointError(f"Hugging Face's {family.name} cannot express {why}: this model does "
                           'not convert')
   tensors, architecture = family.ours_to_hf(model.params, cfg)
   notes = [f'dropped {k}: {family.name} has no such head' for k in model.params
-           if k not in family.heads]
+           if k not in family.param_groups]
   storage.makedirs(out)
   weights = os.path.join(out, 'model.safetensors')
   if storage.is_remote(out):

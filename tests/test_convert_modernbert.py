@@ -118,6 +118,10 @@ def _hf_dir_with(tmp_path, **changes) -> str:
                       'full_attention']}, 'layer_types'),
     ({'decoder_bias': False}, 'decoder_bias'),
     ({'model_type': 'deberta-v2'}, "model_type 'deberta-v2'"),
+    # JSON of the wrong type, refused like any other value
+    ({'layer_types': None, 'global_attn_every_n_layers': 0}, 'global_attn_every_n_layers'),
+    ({'rope_parameters': ['default']}, 'rope_parameters'),
+    ({'hidden_activation': ['gelu']}, 'hidden_activation'),
 ])
 def test_from_hf_refuses_what_we_do_not_reproduce(tmp_path, changes, field, capsys):
   hf_dir = _hf_dir_with(tmp_path, **changes)

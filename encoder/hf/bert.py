@@ -99,7 +99,7 @@ class Bert(Family):
 
   name = 'BERT'
   architectures = ('BertModel', 'BertForMaskedLM', 'BertForPreTraining')
-  heads = ('encoder', 'mlm', 'nsp_head')
+  param_groups = ('encoder', 'mlm', 'nsp_head')
 
   def recognises(self, hf: dict) -> bool:
     return hf.get('model_type', 'bert') == 'bert'

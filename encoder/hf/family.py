@@ -47,7 +47,7 @@ class Family(abc.ABC):
 
   name: str  # as users know it: "Hugging Face's {name} cannot express ..."
   architectures: tuple[str, ...]  # the HF classes it reads, named when no family knows a config
-  heads: tuple[str, ...]  # our top-level parameter groups its HF models can hold
+  param_groups: tuple[str, ...]  # our top-level parameter groups its HF models hold
 
   # Hugging Face -> ours.
 

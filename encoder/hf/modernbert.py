@@ -125,7 +125,7 @@ class ModernBert(Family):
 
   name = 'ModernBERT'
   architectures = ('ModernBertModel', 'ModernBertForMaskedLM')
-  heads = ('encoder', 'mlm')
+  param_groups = ('encoder', 'mlm')
 
   def recognises(self, hf: dict) -> bool:
     return hf.get('model_type') == MODEL_TYPE
