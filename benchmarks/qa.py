@@ -82,7 +82,7 @@ def main() -> int:
     return 0
   train_path = write_squad(os.path.join(root, 'cloze_train.json'), train)
   eval_path = write_squad(os.path.join(root, 'cloze_eval.json'), held)
-  from encoder.hf.convert import from_hf
+  from encoder.convert import from_hf
   converted = os.path.join(root, 'minilm')
   if not os.path.isdir(converted):
     from_hf(model, converted)

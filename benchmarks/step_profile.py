@@ -325,7 +325,7 @@ def main(argv=None) -> int:
 
 
 def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], args) -> int:
-  from encoder.hf.convert import from_hf
+  from encoder.convert import from_hf
   converted = os.path.join(root, 'minilm')
   from_hf(model_dir, converted)
   print_machine()

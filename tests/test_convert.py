@@ -13,8 +13,11 @@ import pytest
 from safetensors.numpy import load_file
 
 import encoder
+from encoder import convert as driver
 from encoder.checkpoint_files import resolve_checkpoint
-from encoder.hf.convert import main as convert_main
+from encoder.convert import main as convert_main
+from encoder.errors import CheckpointError
+from encoder.hf import bert, modernbert
 from encoder.inference import restore_params
 from tests.golden import hf_numpy
 from tests.golden.smoke import GOLDEN, ROOT, launch, minilm_dir, smoke_workdir
@@ -242,3 +245,50 @@ def test_to_hf_refuses_pre_ln(tiny, tmp_path):
   assert result.returncode == 2
   assert result.stderr == ("error: Hugging Face's BERT cannot express pre-LN (model.norm=pre): "
                            'this model does not convert\n')
+
+
+def test_each_config_json_goes_to_its_family():
+  assert driver.family_of({}) is bert.FAMILY  # transformers' BERT configs may omit model_type
+  assert driver.family_of({'model_type': 'bert'}) is bert.FAMILY
+  assert driver.family_of({'model_type': 'modernbert'}) is modernbert.FAMILY
+  with pytest.raises(CheckpointError) as e:
+    driver.family_of({'model_type': 'gpt2'})
+  assert str(e.value) == (
+      "model_type 'gpt2' is not BERT or ModernBERT: only those checkpoints convert (BertModel, "
+      'BertForMaskedLM, BertForPreTraining, ModernBertModel, ModernBertForMaskedLM)')
+
+
+class ToyBert(bert.Bert):
+  """A family that is BERT under another model_type, to show the driver names no family."""
+
+  name = 'ToyBERT'
+  architectures = ('ToyModel',)
+
+  def recognises(self, hf: dict) -> bool:
+    return hf.get('model_type') == 'toy'
+
+  def writes(self, cfg) -> bool:
+    return True
+
+  def hf_config(self, cfg, tokenizer, architecture: str) -> dict:
+    return {**super().hf_config(cfg, tokenizer, architecture), 'model_type': 'toy'}
+
+
+def test_a_family_in_the_registry_converts_both_ways(tmp_path, monkeypatch):
+  """Adding a family is its class and one entry of FAMILIES: the driver converts it both ways
+  without naming it anywhere else."""
+  toy_dir = _hf_dir_with(tmp_path, model_type='toy')
+  with pytest.raises(CheckpointError, match="model_type 'toy' is not BERT or ModernBERT"):
+    driver.from_hf(toy_dir, str(tmp_path / 'refused'))
+  monkeypatch.setattr(driver, 'FAMILIES', (ToyBert(), *driver.FAMILIES))
+  with pytest.raises(CheckpointError, match=r'is not ToyBERT, BERT or ModernBERT: .*\(ToyModel, '):
+    driver.family_of({'model_type': 'gpt2'})
+  driver.from_hf(toy_dir, str(tmp_path / 'work'))
+  driver.to_hf(str(tmp_path / 'work'), str(tmp_path / 'hf'))
+  with open(tmp_path / 'hf' / 'config.json') as f:
+    assert json.load(f)['model_type'] == 'toy'
+  original = load_file(os.path.join(TINY, 'model.safetensors'))
+  exported = load_file(str(tmp_path / 'hf' / 'model.safetensors'))
+  assert sorted(exported) == sorted(original)
+  for name, value in original.items():
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)

@@ -11,9 +11,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import encoder
+from encoder.convert import main as convert_main
 from encoder.errors import CheckpointError
 from encoder.hf import modernbert
-from encoder.hf.convert import main as convert_main
 from tests.golden.smoke import GOLDEN
 
 TINY = os.path.join(GOLDEN, 'tiny_modernbert')
@@ -118,6 +118,10 @@ def _hf_dir_with(tmp_path, **changes) -> str:
                       'full_attention']}, 'layer_types'),
     ({'decoder_bias': False}, 'decoder_bias'),
     ({'model_type': 'deberta-v2'}, "model_type 'deberta-v2'"),
+    # JSON of the wrong type, refused like any other value
+    ({'layer_types': None, 'global_attn_every_n_layers': 0}, 'global_attn_every_n_layers'),
+    ({'rope_parameters': ['default']}, 'rope_parameters'),
+    ({'hidden_activation': ['gelu']}, 'hidden_activation'),
 ])
 def test_from_hf_refuses_what_we_do_not_reproduce(tmp_path, changes, field, capsys):
   hf_dir = _hf_dir_with(tmp_path, **changes)
@@ -129,7 +133,7 @@ def test_from_hf_refuses_what_we_do_not_reproduce(tmp_path, changes, field, caps
 
 
 def test_older_configs_with_global_attn_every_n_layers_convert():
-  fields = modernbert.model_fields({
+  fields = modernbert.FAMILY.model_fields({
       'model_type': 'modernbert', 'hidden_size': 64, 'num_attention_heads': 4,
       'num_hidden_layers': 7, 'intermediate_size': 96, 'vocab_size': 100,
       'global_attn_every_n_layers': 3, 'local_attention': 128, 'global_rope_theta': 1e5})

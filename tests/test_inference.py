@@ -12,8 +12,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import encoder
+from encoder.convert import main as convert_main
 from encoder.errors import CheckpointError, DataError
-from encoder.hf.convert import main as convert_main
 from encoder.inference.text import seq_bucket
 from tests.golden import hf_numpy
 from tests.golden.smoke import GOLDEN, ROOT, smoke_workdir

@@ -1,5 +1,7 @@
-"""Hugging Face BERT directories <-> our workdirs: convert.py (the command line, configs,
-tokenizers, checkpoint files) and mapping.py (parameter names and layouts, pure numpy).
+"""Hugging Face model families, one file each (bert.py, modernbert.py), every one implementing
+family.Family: recognise a config.json, map it to our model fields (refusing what we cannot
+express), map the weights both ways in pure numpy, read and write the tokenizer.
 
-The command is `python -m encoder.convert`, a stable name that runs convert.main.
+The command is `python -m encoder.convert`; encoder/convert.py holds the list of families and
+does what they share (safetensors, checkpoints, config.json).
 """

@@ -13,13 +13,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from encoder import configs
+from encoder import configs, convert
 from encoder.data.corpus import sources
 from encoder.data.finetune import file_readers
 from encoder.data.tokenizer import SPECIALS, WordPieceTokenizer, train_sentencepiece
 from encoder.errors import ConfigError, DataError, EncoderError
-from encoder.hf import convert
-from encoder.tasks import classification, common
+from encoder.tasks import classification, task_inputs
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -164,9 +163,9 @@ def test_invalid_utf8_is_named_by_file_and_line(scratch):
 @given(values=st.lists(st.one_of(LABEL, st.sampled_from(['²', '٣', '1', '0', '-1', 'nan'])),
                        min_size=1, max_size=6))
 def test_label_ids_never_shift_a_label(values):
-  names = common.infer_names(values)
+  names = task_inputs.infer_names(values)
   try:
-    ids = common.label_ids(values, ['f:1'] * len(values), names)
+    ids = task_inputs.label_ids(values, ['f:1'] * len(values), names)
   except DataError as e:
     one_line(e)
     return
@@ -230,11 +229,24 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | AN
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                         ANY_TEXT, inner, max_size=3), max_leaves=8)
 HF_KEYS = ['num_hidden_layers', 'hidden_size', 'num_attention_heads', 'intermediate_size',
-           'vocab_size', 'hidden_act', 'model_type', 'max_position_embeddings']
+           'vocab_size', 'hidden_act', 'model_type', 'max_position_embeddings',
+           # ModernBERT's
+           'hidden_activation', 'rope_parameters', 'rope_scaling', 'layer_types',
+           'global_attn_every_n_layers', 'local_attention', 'head_dim', 'classifier_pooling',
+           'attention_bias', 'mlp_bias', 'norm_eps', 'global_rope_theta']
+# Every registered family's config, with sizes that pass so the checks after them are reached.
+FAMILY_CONFIGS = st.builds(
+    lambda family, sizes, rest: {**sizes, **rest, 'model_type': family},
+    st.sampled_from(['bert', 'modernbert']),
+    st.fixed_dictionaries({k: st.integers(1, 8) for k in (
+        'num_hidden_layers', 'hidden_size', 'num_attention_heads', 'intermediate_size',
+        'vocab_size')}),
+    st.dictionaries(st.sampled_from(HF_KEYS), JSON | st.integers(0, 8), max_size=8))
 
 
 @FAST
-@given(config=st.one_of(JSON, st.dictionaries(st.sampled_from(HF_KEYS), JSON, max_size=8)))
+@given(config=st.one_of(JSON, st.dictionaries(st.sampled_from(HF_KEYS), JSON, max_size=8),
+                        FAMILY_CONFIGS))
 def test_convert_reads_any_config_json_or_refuses_in_one_line(config):
   try:
     fields = convert.model_fields(config)
