@@ -1,8 +1,9 @@
 """`encoder.load(path)` and the loaded `Model`: a checkpoint as an object for notebooks.
 
 One module per concern: model.py (load, Model, Encoded), text.py (texts -> padded ids),
-plot.py (attention heatmaps), heads.py (fine-tuned heads in numpy) and one module per
-fine-tuned task method: classification.py, tagging.py, span_qa.py.
+plot.py (attention heatmaps), and one module per fine-tuned task method (classify.py, tag.py,
+answer.py), each running its task's Flax model from encoder.modules.task_models, the model the
+trainer trained; fine_tuned.py holds what they share (head sizes, label names, softmax).
 """
 
 from encoder.checkpoint_files import restore_params

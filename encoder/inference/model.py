@@ -22,9 +22,9 @@ from encoder import storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.data.tokenizer import load_tokenizer
 from encoder.errors import CheckpointError, DataError
-from encoder.inference import classification, span_qa, tagging
+from encoder.inference import answer, classify, tag
 from encoder.inference import text as text_lib
-from encoder.inference.heads import softmax
+from encoder.inference.fine_tuned import softmax
 from encoder.inference.plot import attention_figure
 from encoder.modules.config import model_config
 from encoder.modules.heads import MlmHead
@@ -40,11 +40,11 @@ class TaskMethod(NamedTuple):
 
 
 # A fine-tuning task plugs in with a module in this package whose function takes the loaded
-# model first (e.g. `classification.classify(model, texts)`), a row here and a method below.
-TASK_METHODS = {'classify': TaskMethod('classification', 'classification',
-                                       classification.classify),
-                'tag': TaskMethod('tagging', 'token tagging', tagging.tag),
-                'answer': TaskMethod('span_qa', 'question answering', span_qa.answer)}
+# model first (e.g. `classify.classify(model, texts)`) and runs the task's Flax model from
+# encoder.modules.task_models through `Model.task_outputs`, a row here and a method below.
+TASK_METHODS = {'classify': TaskMethod('classification', 'classification', classify.classify),
+                'tag': TaskMethod('tagging', 'token tagging', tag.tag),
+                'answer': TaskMethod('span_qa', 'question answering', answer.answer)}
 _BATCH = 32  # rows per forward pass; a batch is padded up to a power of two below this
 
 
@@ -52,7 +52,8 @@ _BATCH = 32  # rows per forward pass; a batch is padded up to a power of two bel
 class Encoded:
   """What `encode` returns; `input_ids`/`input_mask` say which positions are real tokens."""
   sequence_output: np.ndarray  # [batch, seq, hidden] float32
-  pooled_output: np.ndarray  # [batch, hidden]: tanh(dense([CLS])), what NSP was trained on
+  pooled_output: np.ndarray  # [batch, hidden]: the [CLS] vector or the tokens' mean (per
+  #                            model.pooling), through dense + tanh unless model.pooler=none
   input_ids: np.ndarray  # [batch, seq] int32
   input_mask: np.ndarray  # [batch, seq] int32, 1 for real tokens
 
@@ -98,6 +99,7 @@ class Model:
     self._forward = jax.jit(functools.partial(_forward, self._encoder),
                             static_argnames='return_probs')
     self._mlm = jax.jit(functools.partial(_mlm_logits, self._encoder))
+    self._task_forward = jax.jit(_task_forward, static_argnames='module')
 
   def __repr__(self) -> str:
     c = self.model_config
@@ -210,6 +212,18 @@ class Model:
     which = 'mean of heads' if head is None else f'head {head % heads}'
     return attention_figure(tokens, weights, f'layer {layer % layers}, {which}')
 
+  def task_outputs(self, module, arrays: dict) -> dict:
+    """A fine-tuned task's Flax model (`module`, from encoder.modules.task_models: the encoder
+    and the head the trainer trained, built on this model's config, so dropout is off) applied
+    to encoded rows (`input_ids`, `segment_ids`, `input_mask`, [rows, seq]): its outputs as
+    numpy. Columns past the longest row's sequence bucket are dropped first: they are padding,
+    which changes no output, and one compile serves every batch of a bucket."""
+    mask = np.asarray(arrays['input_mask'])
+    width = text_lib.seq_bucket(int(mask.sum(1).max()), mask.shape[1])
+    inputs = [np.asarray(arrays[k])[:, :width] for k in ('input_ids', 'segment_ids',
+                                                         'input_mask')]
+    return self._run(self._task_forward, inputs, module=module)
+
   def _task(self, method: str, *args):
     task, what, run = TASK_METHODS[method]
     trained = self.config.get('task', 'pretraining')
@@ -236,6 +250,11 @@ def _forward(encoder, params, ids, seg, mask, *, return_probs: bool = False):
   if return_probs:
     return out.sequence_output, out.pooled_output, out.attention_probs
   return out.sequence_output, out.pooled_output
+
+
+def _task_forward(params, ids, seg, mask, *, module):
+  return module.apply({'params': params}, {'input_ids': ids, 'segment_ids': seg,
+                                           'input_mask': mask})
 
 
 def _mlm_logits(encoder, params, ids, seg, mask, positions):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from encoder.data.finetune.finetuning_data import truncate_pair
 from encoder.errors import DataError
 
 MASK = '[MASK]'
@@ -35,18 +36,6 @@ def text_ids(tokenizer, text: str) -> list[int]:
   return ids
 
 
-def _truncate(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int]]:
-  """Longest-first, one token at a time from the end (BERT's and HF's pair rule)."""
-  b = list(b or [])
-  a = list(a)
-  while len(a) + len(b) > budget:
-    if len(a) >= len(b):
-      a.pop()
-    else:
-      b.pop()
-  return a, b
-
-
 def build_inputs(tokenizer, texts: Sequence[Text], max_length: int) -> dict:
   """[CLS] a [SEP] (b [SEP]) per text, truncated to `max_length` tokens, unpadded.
 
@@ -58,13 +47,13 @@ def build_inputs(tokenizer, texts: Sequence[Text], max_length: int) -> dict:
     if pair and len(text) != 2:
       raise DataError(f'a text pair must be (a, b), got {len(text)} items')
     a = text_ids(tokenizer, text[0] if pair else text)
-    b = text_ids(tokenizer, text[1]) if pair else None
+    b = text_ids(tokenizer, text[1]) if pair else []
     budget = max_length - (3 if pair else 2)
     if budget < 1:
       raise DataError(f'max_length={max_length} leaves no room for text')
-    if len(a) + len(b or []) > budget:
+    if len(a) + len(b) > budget:  # longest first, B on ties: as the fine-tuning data is cut
       truncated += 1
-      a, b = _truncate(a, b, budget)
+      truncate_pair(a, b, budget)
     row = [tokenizer.cls_id, *a, tokenizer.sep_id]
     seg = [0] * len(row)
     if pair:

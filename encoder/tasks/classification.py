@@ -1,7 +1,9 @@
-"""Sequence classification on the pooled [CLS] output: single sentences and pairs (GLUE).
+"""Sequence classification on the pooled output: single sentences and pairs (GLUE).
 
-`[CLS] A [SEP] (B [SEP])` -> encoder -> pooled output -> dropout -> dense. Cross-entropy over
-`data.num_labels` classes; `data.num_labels=1` is regression (mean squared error, STS-B).
+`[CLS] A [SEP] (B [SEP])` -> encoder -> pooled output ([CLS] or the tokens' mean) -> the
+classification head (`BertForClassification` in encoder.modules.task_models, which
+`encoder.load(...).classify` runs too). Cross-entropy over `data.num_labels` classes;
+`data.num_labels=1` is regression (mean squared error, STS-B).
 Eval metrics come from whole predictions (`predict` + `evaluate`), since F1, MCC and the
 correlations are no sums: `accuracy` (+ `f1` for two classes, `mcc`); `pearson`, `spearman`.
 Packed batches (`data.packing=examples`) hold several examples per row: the model pools each
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,27 +21,11 @@ import optax
 
 from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_examples
 from encoder.errors import DataError
-from encoder.modules.config import ModelConfig, model_config
-from encoder.modules.heads import ClassificationHead
-from encoder.modules.transformer import Encoder
+from encoder.modules.config import model_config
+from encoder.modules.task_models import BertForClassification
 from encoder.tasks import metrics, task_inputs
-from encoder.tasks.task_inputs import encoder_inputs
 
 WEIGHTS = ('weight',)
-
-
-class BertForClassification(nn.Module):
-  config: ModelConfig
-  num_labels: int
-
-  def setup(self):
-    self.encoder = Encoder(self.config)
-    self.classifier = ClassificationHead(self.config, self.num_labels)
-
-  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(**encoder_inputs(batch), pool_positions=batch.get('cls_positions'),
-                       deterministic=deterministic)
-    return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
 
 
 def num_labels(config) -> int:

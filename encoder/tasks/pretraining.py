@@ -12,8 +12,9 @@ import optax
 from encoder.data.pretrain import masking, pretraining_data
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import MlmHead, NspHead
+from encoder.modules.task_models import encoder_inputs
 from encoder.modules.transformer import Encoder
-from encoder.tasks.task_inputs import encoder_inputs, vocab_fields
+from encoder.tasks.task_inputs import vocab_fields
 
 
 class BertForPretraining(nn.Module):

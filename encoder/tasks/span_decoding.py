@@ -18,7 +18,6 @@ import numpy as np
 
 from encoder.data.finetune.squad_features import trim_span
 
-MASKED_LOGIT = -1e9  # the logit of padding: never a start or an end
 NO_SPAN_DIFF = 1e9  # v2's null score difference when no window admits any span (JSON-safe)
 
 @dataclasses.dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -24,28 +23,11 @@ import optax
 from encoder.data import cache
 from encoder.data.finetune import finetuning_data, packing, squad_examples, squad_features
 from encoder.errors import ConfigError, DataError
-from encoder.modules.config import ModelConfig, model_config
-from encoder.modules.heads import SpanHead
-from encoder.modules.transformer import Encoder
+from encoder.modules.config import model_config
+from encoder.modules.task_models import MASKED_LOGIT, BertForQuestionAnswering
 from encoder.tasks import span_decoding, squad_metrics, task_inputs
-from encoder.tasks.task_inputs import encoder_inputs
 
 WEIGHTS = ('weight',)
-
-
-class BertForQuestionAnswering(nn.Module):
-  config: ModelConfig
-
-  def setup(self):
-    self.encoder = Encoder(self.config)
-    self.span = SpanHead(self.config)
-
-  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
-    start, end = self.span(out.sequence_output)
-    real = batch['input_mask'] > 0
-    return {'start_logits': jnp.where(real, start, span_decoding.MASKED_LOGIT),
-            'end_logits': jnp.where(real, end, span_decoding.MASKED_LOGIT)}
 
 
 def build_model(config) -> BertForQuestionAnswering:
@@ -182,7 +164,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
                                         {'decode': span_decoding.decode_options(d)},
                                         token_predictions=dict.fromkeys(
                                             ('start_logits', 'end_logits'),
-                                            span_decoding.MASKED_LOGIT))
+                                            MASKED_LOGIT))
   data.stats['train'] = train_features.stats
   for s in eval_sets:
     data.stats[s.name] = s.extra.stats

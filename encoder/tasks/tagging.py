@@ -11,34 +11,18 @@ from __future__ import annotations
 
 import logging
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_examples
-from encoder.modules.config import ModelConfig, model_config
-from encoder.modules.heads import TokenClassificationHead
-from encoder.modules.transformer import Encoder
+from encoder.modules.config import model_config
+from encoder.modules.task_models import BertForTagging
 from encoder.tasks import conlleval, task_inputs
-from encoder.tasks.task_inputs import encoder_inputs
 
 log = logging.getLogger('encoder')
 WEIGHTS = ('label_weights',)
-
-
-class BertForTagging(nn.Module):
-  config: ModelConfig
-  num_labels: int
-
-  def setup(self):
-    self.encoder = Encoder(self.config)
-    self.tagger = TokenClassificationHead(self.config, self.num_labels)
-
-  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
-    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
-    return {'logits': self.tagger(out.sequence_output, deterministic=deterministic)}
 
 
 def num_labels(config) -> int:

@@ -5,16 +5,6 @@ from __future__ import annotations
 from encoder.data.finetune.file_readers import split_list
 from encoder.errors import ConfigError, DataError
 
-PACKING_FIELDS = ('input_segmentation', 'input_positions')
-
-
-def encoder_inputs(batch: dict) -> dict:
-  """The encoder's arguments from a batch: BERT's three fields, and a packed batch's example
-  ids and restarting positions when it has them."""
-  inputs = {k: batch[k] for k in ('input_ids', 'segment_ids', 'input_mask')}
-  inputs.update({k: batch[k] for k in PACKING_FIELDS if k in batch})
-  return inputs
-
 
 def batch_examples(batch: dict) -> int:
   """The examples in a host batch: its rows, or a packed batch's examples (the distinct

@@ -1,0 +1,77 @@
+"""The fine-tuning models: the encoder with one task head each, as Flax modules.
+
+The tasks (`encoder.tasks.classification`, `tagging`, `span_qa`) train these, and
+`encoder.load(...).classify/tag/answer` runs the same modules on the trained parameters, so a
+head, its pooling and its masking are defined once; they live here, beside the encoder, so that
+inference imports no training code (optax, the data readers). Parameter names come from the
+attribute names below (`encoder`, `classifier`, `tagger`, `span`): they are the checkpoint's
+layout.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from encoder.modules.config import ModelConfig
+from encoder.modules.heads import ClassificationHead, SpanHead, TokenClassificationHead
+from encoder.modules.transformer import Encoder
+
+PACKING_FIELDS = ('input_segmentation', 'input_positions')
+MASKED_LOGIT = -1e9  # the span logit of padding: never a start or an end
+
+
+def encoder_inputs(batch: dict) -> dict:
+  """The encoder's arguments from a batch: BERT's three fields, and a packed batch's example
+  ids and restarting positions when it has them."""
+  inputs = {k: batch[k] for k in ('input_ids', 'segment_ids', 'input_mask')}
+  inputs.update({k: batch[k] for k in PACKING_FIELDS if k in batch})
+  return inputs
+
+
+class BertForClassification(nn.Module):
+  """The pooled output (per `pooling` and `pooler`; a packed row pools each example at its
+  `cls_positions`) -> the classification head: {'logits': [batch, num_labels]}, or
+  [rows, slots, num_labels] for packed rows."""
+  config: ModelConfig
+  num_labels: int
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+    self.classifier = ClassificationHead(self.config, self.num_labels)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.encoder(**encoder_inputs(batch), pool_positions=batch.get('cls_positions'),
+                       deterministic=deterministic)
+    return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
+
+
+class BertForTagging(nn.Module):
+  """Every token's output -> the token head: {'logits': [batch, seq, num_labels]}."""
+  config: ModelConfig
+  num_labels: int
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+    self.tagger = TokenClassificationHead(self.config, self.num_labels)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
+    return {'logits': self.tagger(out.sequence_output, deterministic=deterministic)}
+
+
+class BertForQuestionAnswering(nn.Module):
+  """Every token's output -> the span head: {'start_logits', 'end_logits'}, [batch, seq] each,
+  MASKED_LOGIT at padding."""
+  config: ModelConfig
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+    self.span = SpanHead(self.config)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.encoder(**encoder_inputs(batch), deterministic=deterministic)
+    start, end = self.span(out.sequence_output)
+    real = batch['input_mask'] > 0
+    return {'start_logits': jnp.where(real, start, MASKED_LOGIT),
+            'end_logits': jnp.where(real, end, MASKED_LOGIT)}
