@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from encoder import configs, orbax_s3, storage
+from encoder import config_schema, configs, orbax_s3, storage
 from encoder.data.tokenizer import JsonTokenizer, WordPieceTokenizer, load_tokenizer
 from encoder.errors import CheckpointError, EncoderError
 from encoder.hf import mapping, modernbert
@@ -197,7 +197,6 @@ def _json_tokenizer(hf_dir: str) -> JsonTokenizer:
 
 def from_hf(hf_dir: str, workdir: str) -> list[str]:
   """Converts a HF BERT or ModernBERT directory into a workdir; returns notes for the user."""
-  from experiments import mlm_nsp_base
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
   workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
@@ -221,8 +220,7 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   if heads:
     notes.append(f"no {' or '.join(heads)} head: training with init_from initialises "
                  'it freshly; fill_mask needs the MLM head')
-  config = mlm_nsp_base.base_config()
-  config.experiment = 'from_hf'
+  config = config_schema.pretraining_config('from_hf')
   config.model.update(fields)
   config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
   config.data.vocab_size = tokenizer.vocab_size

@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from encoder.describe import count, parameter_shapes
-from encoder.modules.config import BERT_SIZES, ModelConfig
+from encoder.config_schema import BERT_SIZES
+from encoder.modules.config import ModelConfig
 from encoder.modules.heads import (
   ClassificationHead,
   MlmHead,
