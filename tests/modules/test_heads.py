@@ -7,8 +7,8 @@ import numpy as np
 import optax
 import pytest
 
-from encoder.describe import count, parameter_shapes
 from encoder.config_schema import BERT_SIZES
+from encoder.describe import count, parameter_shapes
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import (
   ClassificationHead,

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder.errors import ConfigError
 from encoder.config_schema import MODERN_ARCHITECTURE
+from encoder.errors import ConfigError
 from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.layers import init_stddev
