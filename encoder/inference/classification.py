@@ -17,7 +17,7 @@ def classify(model, texts: Sequence) -> list[dict]:
   single = isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2
                                       and all(isinstance(t, str) for t in texts))
   batch = [texts] if single else list(texts)
-  max_length = model.config.get('data', {}).get('max_seq_length')
+  max_length = model.config['data']['max_seq_length']
   pooled = model.encode([tuple(t) if isinstance(t, list) else t for t in batch],
                         max_length=max_length).pooled_output
   logits = head_logits(model, pooled, 'classifier')

@@ -30,13 +30,13 @@ def answer(model, question, context):
       isinstance(t, str) for t in questions + contexts):
     raise DataError('answer() takes a question and a context (strings), or two lists of them '
                     'of equal length')
-  data = model.config.get('data', {})
+  data = model.config['data']
   examples = [QAExample(str(i), q, c, [], False, f'answer()[{i}]')
               for i, (q, c) in enumerate(zip(questions, contexts, strict=True))]
   features = build_features(model.tokenizer, examples,
-                            min(int(data.get('max_seq_length', 384)), model.max_length),
-                            int(data.get('doc_stride', 128)),
-                            int(data.get('max_query_length', 64)))
+                            min(int(data['max_seq_length']), model.max_length),
+                            int(data['doc_stride']),
+                            int(data['max_query_length']))
   sequence, mask = encode_trimmed(model, features.arrays)
   logits = head_logits(model, sequence, 'span')
   start = np.where(mask > 0, logits[..., 0], MASKED_LOGIT)

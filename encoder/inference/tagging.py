@@ -34,7 +34,7 @@ def tag(model, texts: Sequence) -> list[dict]:
   names = label_names(model.config)
   if not names:
     raise DataError('the checkpoint has no tag names (config data.labels)')
-  max_length = int(model.config.get('data', {}).get('max_seq_length') or model.max_length)
+  max_length = int(model.config['data']['max_seq_length'])
   arrays, positions = encode_words(model.tokenizer, sentences, min(max_length, model.max_length))
   sequence, _ = encode_trimmed(model, arrays)
   logits = head_logits(model, sequence, 'tagger')

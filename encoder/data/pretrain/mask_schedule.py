@@ -24,7 +24,7 @@ SCHEDULES = ('constant', 'linear', 'steps')
 
 
 def schedule_name(d) -> str:
-  name = str(d.get('mask_rate_schedule', 'constant') or 'constant')
+  name = str(d.mask_rate_schedule)
   if name not in SCHEDULES:
     raise ConfigError(f"data.mask_rate_schedule='{name}' is not one of {', '.join(SCHEDULES)}")
   return name
@@ -36,7 +36,7 @@ def is_scheduled(d) -> bool:
 
 def boundaries(d) -> list[tuple[int, float]]:
   """data.mask_rate_steps parsed: [(step, rate)], steps strictly increasing."""
-  text = str(d.get('mask_rate_steps', '') or '')
+  text = str(d.mask_rate_steps)
   out = []
   for item in filter(None, (p.strip() for p in text.split(','))):
     step, sep, rate = item.partition(':')
@@ -57,7 +57,7 @@ def rates(d) -> list[float]:
   """Every rate the schedule takes (its extremes, for a linear one)."""
   name = schedule_name(d)
   if name == 'linear':
-    final = d.get('mask_rate_final')
+    final = d.mask_rate_final
     if final is None:
       raise ConfigError('data.mask_rate_schedule=linear needs data.mask_rate_final')
     return [float(d.mask_rate), float(final)]
