@@ -24,7 +24,8 @@ SCHEDULES = ('constant', 'linear', 'steps')
 
 
 def schedule_name(d) -> str:
-  name = str(d.mask_rate_schedule)
+  # d may be the fixed masks' fields (preparation._mask_fields), which carry no schedule
+  name = str(d.get('mask_rate_schedule', 'constant') or 'constant')
   if name not in SCHEDULES:
     raise ConfigError(f"data.mask_rate_schedule='{name}' is not one of {', '.join(SCHEDULES)}")
   return name
@@ -36,7 +37,7 @@ def is_scheduled(d) -> bool:
 
 def boundaries(d) -> list[tuple[int, float]]:
   """data.mask_rate_steps parsed: [(step, rate)], steps strictly increasing."""
-  text = str(d.mask_rate_steps)
+  text = str(d.get('mask_rate_steps', '') or '')
   out = []
   for item in filter(None, (p.strip() for p in text.split(','))):
     step, sep, rate = item.partition(':')
@@ -57,7 +58,7 @@ def rates(d) -> list[float]:
   """Every rate the schedule takes (its extremes, for a linear one)."""
   name = schedule_name(d)
   if name == 'linear':
-    final = d.mask_rate_final
+    final = d.get('mask_rate_final')
     if final is None:
       raise ConfigError('data.mask_rate_schedule=linear needs data.mask_rate_final')
     return [float(d.mask_rate), float(final)]
