@@ -39,7 +39,11 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     if 'cache_dir' in run_config.data and not run_config.data.cache_dir:
       # One cache for the arms: those on the same corpus share one preparation of it.
       run_config.data.cache_dir = os.path.join(sweep_dir, 'cache')
-    check_workdir(resolve_config(run_config), os.path.join(sweep_dir, name))
+    try:
+      resolved = resolve_config(run_config)
+    except EncoderError:
+      continue  # a config training refuses: recorded as this run's failure in its turn
+    check_workdir(resolved, os.path.join(sweep_dir, name))
   storage.makedirs(sweep_dir)
   for name, overrides, run_config in runs:
     workdir = os.path.join(sweep_dir, name)
