@@ -25,9 +25,8 @@ from typing import Any
 
 from ml_collections import config_dict
 
-from encoder import config_schema, storage
+from encoder import config_schema, configs, storage
 from encoder.checkpoint_files import decay_source, find_run_directory, resolve_checkpoint
-from encoder.configs import with_fields
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS, checked
 from encoder.tasks import TASKS
@@ -44,9 +43,14 @@ def resolve_config(config: config_dict.ConfigDict) -> config_dict.ConfigDict:
   origin = ('init_from', config.init_from) if config.init_from else \
       ('decay_from', config.train.decay_from)
   inherited = origin_fields(config)
-  for key, value in inherited.items():
-    log.info('From %s %s: %s=%r', *origin, key, value)
-  config = with_fields(config, inherited)
+  if inherited:
+    log.info('From %s %s: the encoder (model.size=%s) and tokenizer', *origin,
+             inherited.get('model.size', config.model.size))
+  for key, value in inherited.items():  # what it changes of the settings given
+    given = configs.nested_get(config.to_dict(), key.split('.'))
+    if given not in (None, '') and key != 'model.size':
+      log.info('From %s %s: %s=%r (not %r)', *origin, key, value, given)
+  config = configs.with_fields(config, inherited)
   filled = config_schema.fill_model(config.model)
   config.model.update({k: v for k, v in filled.items() if k != 'vocab_size'})
   check(config)
@@ -162,6 +166,6 @@ def length_fields(train, num_examples: int | None,
 def resolve(config, task, data) -> config_dict.ConfigDict:
   """The final config of a run of `task` on `data`: `config` (a `resolve_config` result) with
   the fields only the data answers filled in; a new config."""
-  config = with_fields(config, task.resolved_fields(config, data))
-  return with_fields(config, length_fields(config.train, data.num_train_examples,
+  config = configs.with_fields(config, task.resolved_fields(config, data))
+  return configs.with_fields(config, length_fields(config.train, data.num_train_examples,
                                            getattr(data, 'steps_per_epoch', None)))
