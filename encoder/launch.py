@@ -70,7 +70,8 @@ def run(argv: list[str]) -> int:
       print(f'{name:<24} {description}')
     return 0
   # The commands below import only what they use, here rather than at the top, so that
-  # --list, --help and a mistyped flag answer without starting JAX.
+  # --list, --help, --print_config and a mistyped flag, experiment or key answer without
+  # starting JAX (tests/test_launch.py checks it).
   if args.report:
     from encoder.sweep.report import write_report  # lazy: see above
     storage.check_bucket(args.report)

@@ -5,7 +5,7 @@
       --config.train.decay_from=runs/mlm_modern_base:360000             # 8192 tokens, decay
 
 The model: 22 layers, hidden 768, GeGLU MLP 1152 (x2), pre-LN, no biases, RoPE, a 128-token
-window on each layer but every third (model.size=modern_base; encoder/modules/config.py). The
+window on each layer but every third (model.size=modern_base; encoder/config_schema.py). The
 recipe: MLM only (no NSP), documents packed into rows, 30% of tokens masked (held-out masks
 stay at 15%), no dropout, StableAdamW (b2 0.98), a warmup-stable-decay schedule. The paper's
 phases, in tokens, become steps here at its batch of 4,608 rows x 1,024 tokens (4.7M):

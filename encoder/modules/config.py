@@ -1,11 +1,13 @@
-"""The model's shape: size presets and the frozen dataclass every module reads.
+"""The frozen dataclass every module reads, built from a config's model section.
 
 Every difference between BERT (2019) and the modern encoders (ModernBERT, 2024; NeoBERT, 2025)
 is a field here, so each can be swept alone: positions (`position_embedding`, `rope_theta`),
 local/global attention (`local_window`, `global_every`), biases (`use_bias`), norms (`norm`,
 `embedding_norm`, `first_attention_norm`, `layer_norm_eps`), the MLP (`activation`),
 initialisation (`init`), and how heads read the encoder (`pooler`, `pooling`,
-`classifier_head`). The defaults are BERT's; a `modern_*` size preset sets ModernBERT's.
+`classifier_head`). The fields, their defaults (BERT's) and the size presets (a `modern_*` one
+sets ModernBERT's) are in encoder/config_schema.py; this module adds the checks and the
+attention implementation each platform runs.
 """
 
 from __future__ import annotations
