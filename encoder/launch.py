@@ -98,6 +98,9 @@ def run(argv: list[str]) -> int:
     sweep_dir = args.workdir or os.path.join('runs', 'sweeps', grid.sweep_dir_name(args))
     run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
     return 0
+  if args.prepare_data and config.task != 'pretraining':
+    raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
+                      f'{config.task} experiment, whose data needs no preparation')
   if args.print_config or args.describe or args.prepare_data or args.inspect_data is not None:
     from encoder.train.resolve import printable, resolve_config  # lazy: no JAX to print
     config = resolve_config(config)  # refuses what training would, before anything is written
@@ -113,9 +116,6 @@ def run(argv: list[str]) -> int:
     return 0
   if args.prepare_data:
     from encoder.data.pretrain import preparation, pretraining_data  # lazy
-    if config.task != 'pretraining':
-      raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
-                        f'{config.task} experiment, whose data needs no preparation')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
     for phase in pretraining_data.phase_configs(config):  # a shorter first phase: own instances
       print(json.dumps(preparation.prepare(phase, workdir)), flush=True)
