@@ -21,10 +21,10 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=1')
 from benchmarks.common.step_timing import Ours  # noqa: E402 - after XLA_FLAGS
 from benchmarks.common.synthetic import random_batch  # noqa: E402
 from encoder import configs  # noqa: E402
-from encoder.modules.config import resolved_fields  # noqa: E402
 from encoder.sweep import parse_sweep  # noqa: E402
 from encoder.sweep.grid import run_configs  # noqa: E402
 from encoder.tasks import pretraining as task  # noqa: E402
+from encoder.train.resolve import resolve_config  # noqa: E402
 
 
 def arm_configs() -> list[tuple[str, object]]:
@@ -33,8 +33,8 @@ def arm_configs() -> list[tuple[str, object]]:
   axes = parse_sweep('ladder', base, configs.experiment_module('mlm_modern_tiny'))
   out = []
   for name, _, config in run_configs(base, axes):
+    config = resolve_config(config)
     config.model.vocab_size = config.data.vocab_size
-    config.model.update(resolved_fields(config.model))
     out.append((name, config))
   return out
 

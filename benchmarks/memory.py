@@ -28,14 +28,14 @@ def setup(args):
   import jax
 
   from encoder import configs
-  from encoder.modules.config import resolved_fields
   from encoder.tasks import get_task
   from encoder.train.optim import make_optimizer
+  from encoder.train.resolve import resolve_config
   config = configs.load_experiment(args.exp)
   config.data.max_seq_length = args.seq
   config.train.batch_size = args.batch_size
+  config = resolve_config(config)
   config.model.vocab_size = config.data.vocab_size
-  config.model.update(resolved_fields(config.model))
   task = get_task(config.task)
   model, tx = task.build_model(config), make_optimizer(config.train)
   batch = jax.eval_shape(lambda: task.dummy_batch(config, args.batch_size))

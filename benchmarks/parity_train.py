@@ -95,7 +95,7 @@ def load_data(config, workdir: str):
   from encoder.tasks import pretraining as task
   from encoder.train import resolve
   data = task.datasets(config, os.path.abspath(workdir))
-  return data, resolve.resolve(config, task, data)
+  return data, resolve.resolve(resolve.resolve_config(config), task, data)
 
 
 def check_supported(config) -> None:

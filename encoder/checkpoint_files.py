@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 
-import jax
 import numpy as np
 
 from encoder import storage
@@ -55,6 +54,36 @@ def checkpoint_candidates(path: str) -> tuple[str, list[str]]:
   return workdir, [os.path.join(directory, str(s), 'params') for s in steps]
 
 
+def decay_source(text: str) -> tuple[str, int]:
+  """`train.decay_from`'s `DIR:STEP` or `DIR` (its newest complete step) -> (the run's workdir,
+  the step). A CheckpointError when there is no such complete checkpoint."""
+  path, step = text, None
+  head, sep, tail = text.rpartition(':')
+  if sep and tail.isdigit():
+    path, step = head, int(tail)
+  workdir, candidates = checkpoint_candidates(path)
+  steps = [int(os.path.basename(os.path.dirname(c))) for c in candidates]
+  if step is None:
+    return workdir, steps[0]
+  if step not in steps:
+    shown = ', '.join(map(str, sorted(steps)[-8:]))
+    raise CheckpointError(f"train.decay_from='{text}': {workdir} has no complete checkpoint "
+                          f'of step {step} (it has: {shown})')
+  return workdir, step
+
+
+def find_run_directory(path: str) -> str | None:
+  """The workdir (holding config.json) that a checkpoint path belongs to, if any."""
+  path = storage.abspath(os.path.expanduser(path))
+  for candidate in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(path)),
+                    os.path.dirname(os.path.dirname(os.path.dirname(path)))):
+    if storage.is_remote(candidate) and '/' not in candidate.split('://', 1)[1]:
+      break  # up to the bucket itself, no further
+    if storage.isfile(os.path.join(candidate, 'config.json')):
+      return candidate
+  return None
+
+
 def _complete(step_dir: str) -> bool:
   """Whether a step directory holds a whole checkpoint. Locally Orbax renames a step into place
   once written, so its params/ is enough; on a bucket it writes in place and
@@ -95,6 +124,7 @@ def restore_params(params_dir: str) -> dict:
   except Exception as e:  # noqa: BLE001 - Orbax raises many types for unreadable data
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
     raise CheckpointError(f"cannot read checkpoint '{params_dir}': {first}") from None
+  import jax  # lazy: finding checkpoints (a config's init_from) needs no JAX
   params = jax.tree.map(np.asarray, restored)
   if not isinstance(params, dict) or 'encoder' not in params:
     raise CheckpointError(f"'{params_dir}' holds no 'encoder' parameters: not one of our models")

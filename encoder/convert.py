@@ -5,7 +5,7 @@
   python -m encoder.convert --to-hf WORKDIR --out DIR     # BertForPreTraining, or
                                                           # ModernBertForMaskedLM for RoPE models
 
-A converted workdir holds config.json (an mlm_nsp_base config with the model's numbers),
+A converted workdir holds config.json (the schema's pretraining config with the model's numbers),
 tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)` reads it, and
 `--config.init_from=WORKDIR` starts training from it. It has no optimizer state, so it is a
 starting point, not a run to resume. Only safetensors weights are read (not pytorch_model.bin).
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from encoder import configs, orbax_s3, storage
+from encoder import config_schema, configs, orbax_s3, storage
 from encoder.errors import CheckpointError, EncoderError
 from encoder.hf import bert, modernbert
 from encoder.hf.family import Family, read_json
@@ -145,7 +145,6 @@ def _check_out(out: str) -> None:
 def from_hf(hf_dir: str, workdir: str) -> list[str]:
   """Converts a Hugging Face directory of a known family into a workdir; returns notes for the
   user."""
-  from experiments import mlm_nsp_base
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
   workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
@@ -169,8 +168,7 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   if heads:
     notes.append(f"no {' or '.join(heads)} head: training with init_from initialises "
                  'it freshly; fill_mask needs the MLM head')
-  config = mlm_nsp_base.base_config()
-  config.experiment = 'from_hf'
+  config = config_schema.pretraining_config('from_hf')
   config.model.update(fields)
   config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
   config.data.vocab_size = tokenizer.vocab_size

@@ -63,18 +63,18 @@ def recipe(config) -> str:
   if 'mask_rate' in d:
     objective = 'MLM + NSP' if d.nsp else 'MLM only'
     rate = f'{d.mask_rate:g}'
-    if d.get('mask_rate_schedule', 'constant') != 'constant':
-      rate += f' ({d.mask_rate_schedule}: {d.get("mask_rate_final") or d.get("mask_rate_steps")})'
-    parts[:1] = [objective, f"rows {d.get('packing', 'none')}",
+    if d.mask_rate_schedule != 'constant':
+      rate += f' ({d.mask_rate_schedule}: {d.mask_rate_final or d.mask_rate_steps})'
+    parts[:1] = [objective, f'rows {d.packing}',
                  f'mask {rate} (held-out {d.eval_mask_rate:g})']
   schedule = f'{t.schedule}, warmup {t.warmup_steps}'
   if t.schedule == 'wsd':
-    schedule += f", decay {t.decay_steps} steps ({t.get('decay_shape', '1-sqrt')})"
+    schedule += f", decay {t.decay_steps} steps ({t.decay_shape})"
   clip = f'clip {t.clip_norm:g}' if t.clip_norm else 'no global clip'
   lines = ['Recipe: ' + ', '.join(parts),
            f'Training: {t.optimizer} lr {t.learning_rate:g} (b1 {t.b1:g}, b2 {t.b2:g}, eps '
            f'{t.eps:g}, weight decay {t.weight_decay:g}, {clip}), {schedule}, {t.num_steps:,} '
            'steps']
-  if t.get('decay_from'):
+  if t.decay_from:
     lines.append(f'Branched from: {t.decay_from}')
   return '\n'.join(lines)

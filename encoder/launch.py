@@ -34,7 +34,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   parser.add_argument('--exp', help='experiment NAME[:ARG], ARG a comma-separated variant list')
   parser.add_argument('--workdir', help='run directory (default runs/NAME)')
   parser.add_argument('--list', action='store_true', help='list experiments')
-  parser.add_argument('--print_config', action='store_true', help='print the resolved config')
+  parser.add_argument('--print_config', action='store_true',
+                      help='print the resolved config (the fields the data fills say so)')
   parser.add_argument('--describe', action='store_true', help='print the model summary')
   parser.add_argument('--inspect_data', type=int, metavar='N',
                       help='print N decoded training examples, save a batch, exit')
@@ -69,9 +70,10 @@ def run(argv: list[str]) -> int:
       print(f'{name:<24} {description}')
     return 0
   # The commands below import only what they use, here rather than at the top, so that
-  # --list, --help and a mistyped flag answer without starting JAX.
+  # --list, --help, --print_config and a mistyped flag, experiment or key answer without
+  # starting JAX (tests/test_launch.py checks it).
   if args.report:
-    from encoder.sweep import write_report  # lazy: see above
+    from encoder.sweep.report import write_report  # lazy: see above
     storage.check_bucket(args.report)
     records = write_report(args.report)
     if not records:
@@ -87,16 +89,23 @@ def run(argv: list[str]) -> int:
   configs.apply_overrides(config, overrides)
   workdir = args.workdir or os.path.join('runs', args.exp.split(':')[0])
   if args.sweep:
-    from encoder import sweep  # lazy
+    from encoder.sweep import grid  # lazy
+    from encoder.sweep.run import run_sweep  # lazy: the trainer
     experiment = configs.experiment_module(args.exp)
     user_keys = frozenset(o.partition('=')[0] for o in overrides)
     axes = [axis for spec in args.sweep
-            for axis in sweep.parse_sweep(spec, config, experiment, user_keys)]
-    sweep_dir = args.workdir or os.path.join('runs', 'sweeps', sweep.sweep_dir_name(args))
-    sweep.run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
+            for axis in grid.parse_sweep(spec, config, experiment, user_keys)]
+    sweep_dir = args.workdir or os.path.join('runs', 'sweeps', grid.sweep_dir_name(args))
+    run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
     return 0
+  if args.prepare_data and config.task != 'pretraining':
+    raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
+                      f'{config.task} experiment, whose data needs no preparation')
+  if args.print_config or args.describe or args.prepare_data or args.inspect_data is not None:
+    from encoder.train.resolve import printable, resolve_config  # lazy: no JAX to print
+    config = resolve_config(config)  # refuses what training would, before anything is written
   if args.print_config:
-    print(configs.to_json(config))
+    print(json.dumps(printable(config), indent=2, sort_keys=True))
     return 0
   if args.describe:
     from encoder import describe  # lazy
@@ -107,9 +116,6 @@ def run(argv: list[str]) -> int:
     return 0
   if args.prepare_data:
     from encoder.data.pretrain import preparation, pretraining_data  # lazy
-    if config.task != 'pretraining':
-      raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
-                        f'{config.task} experiment, whose data needs no preparation')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
     for phase in pretraining_data.phase_configs(config):  # a shorter first phase: own instances
       print(json.dumps(preparation.prepare(phase, workdir)), flush=True)

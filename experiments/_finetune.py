@@ -1,9 +1,10 @@
-"""The fine-tuning recipe every classify_*, ner_* and qa_* experiment shares (Devlin et al., 2019).
+"""What the classify_*, ner_* and qa_* experiments share: GLUE configs and the smoke variants.
 
-BERT's fine-tuning recipe: AdamW, batch 32, 3 epochs, 10% linear warmup then linear decay to
-0, weight decay 0.01, dropout 0.1, and a learning rate from {2e-5, 3e-5, 5e-5}: we default
-to 2e-5 for sentence classification (Hugging Face's run_glue default, safe on every GLUE task)
-and 5e-5 for NER (the common CoNLL-2003 choice). The run length is epoch-based
+Their recipe is the schema's (`config_schema.finetuning_config`), BERT's fine-tuning recipe:
+AdamW, batch 32, 3 epochs, 10% linear warmup then linear decay to 0, weight decay 0.01,
+dropout 0.1, and a learning rate from {2e-5, 3e-5, 5e-5}: 2e-5 for sentence classification
+(Hugging Face's run_glue default, safe on every GLUE task) and 5e-5 for NER (the common
+CoNLL-2003 choice). The run length is epoch-based
 (`train.num_epochs`); a positive `train.num_steps` overrides it. The encoder comes from
 `init_from` (default runs/mlm_nsp_base, or a converted Hugging Face model:
 `python -m encoder.convert --from-hf DIR --out runs/bert_base_hf`), whose architecture and
@@ -16,59 +17,14 @@ init_from) in seconds: `python launch.py --exp classify_sst2:smoke`.
 
 from ml_collections import config_dict
 
+from encoder import config_schema
 from experiments import _common, _smoke_data, _variants
-
-
-def finetune_config(name: str, task: str) -> config_dict.ConfigDict:
-  """The shared sections plus fine-tuning data fields and the fine-tuning recipe."""
-  c = _common.shared_config(name, task)
-  c.init_from = 'runs/mlm_nsp_base'
-  d = c.data
-  d.tfds = ''  # a TFDS dataset (glue/sst2, conll2003); read only when data.train is ''
-  d.train_split = 'train'
-  d.eval_splits = 'validation'  # comma-separated; the first is the main eval set
-  d.train = ''  # a local file: .tsv/.csv/.jsonl (classification) or CoNLL columns (tagging)
-  d.eval = ''  # local eval file(s), comma-separated; the first is the main eval set
-  d.format = ''  # tsv | csv | jsonl; '' from the file extension
-  d.header = True  # TSV/CSV: the first row names the columns (else columns are 0-based numbers)
-  d.text_columns = ''  # one or two columns (A, B), comma-separated; '' = the GLUE config's
-  d.label_column = 'label'
-  d.labels = config_dict.placeholder(str)  # label names, comma-separated; None: from the data
-  d.num_labels = config_dict.placeholder(int)  # None: len(labels); 1 = regression
-  d.token_column = 0  # CoNLL: column of the word ...
-  d.tag_column = config_dict.placeholder(int)  # ... and of its IOB tags; None: from the file
-  # Each batch is padded to the shortest of these lengths holding its longest example: auto
-  # (16, 32, 64, ... up to max_seq_length), none (max_seq_length, as BERT), or e.g. 32,64,128;
-  # one compile per length used.
-  d.length_buckets = 'auto'
-  d.bucket_window = 50  # train batches grouped by length: this many global batches at a time
-  # data.packing=examples (in _common): several examples per max_seq_length row, each
-  # attending only to itself (classification and tagging; SQuAD refuses it). Every step is
-  # then pack_rows rows, so the examples per step vary around train.batch_size (logged at the
-  # start) and length_buckets is ignored.
-  # Rows per packed step; 0 (auto): as many as hold train.batch_size examples on average,
-  # rounded up to a multiple of devices x train.grad_accum_steps (so it depends on the device
-  # count: set it to compare or resume runs across device counts).
-  d.pack_rows = 0
-  t = c.train
-  t.num_steps = 0  # > 0 overrides num_epochs
-  t.num_epochs = 3.0
-  t.batch_size = 32
-  t.learning_rate = 2e-5
-  t.warmup_steps = config_dict.placeholder(int)  # None: warmup_fraction of the run
-  t.warmup_fraction = 0.1
-  t.log_every = 50
-  t.eval_every = 1000
-  t.eval_batches = 0  # 0: the whole eval set (metrics need every prediction)
-  t.checkpoint_every = 1000
-  t.keep_checkpoints = 1  # plus the best step, which is always kept
-  t.best_metric = 'accuracy'
-  return c
 
 
 def glue_config(name: str, glue: str, num_labels: int, best_metric: str = 'accuracy',
                 eval_splits: str = 'validation') -> config_dict.ConfigDict:
-  c = finetune_config(name, 'classification')
+  """A GLUE task from TFDS with the schema's fine-tuning recipe."""
+  c = config_schema.finetuning_config(name, 'classification')
   c.data.tfds = f'glue/{glue}'
   c.data.eval_splits = eval_splits
   c.data.num_labels = num_labels

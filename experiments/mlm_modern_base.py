@@ -5,7 +5,7 @@
       --config.train.decay_from=runs/mlm_modern_base:360000             # 8192 tokens, decay
 
 The model: 22 layers, hidden 768, GeGLU MLP 1152 (x2), pre-LN, no biases, RoPE, a 128-token
-window on each layer but every third (model.size=modern_base; encoder/modules/config.py). The
+window on each layer but every third (model.size=modern_base; encoder/config_schema.py). The
 recipe: MLM only (no NSP), documents packed into rows, 30% of tokens masked (held-out masks
 stay at 15%), no dropout, StableAdamW (b2 0.98), a warmup-stable-decay schedule. The paper's
 phases, in tokens, become steps here at its batch of 4,608 rows x 1,024 tokens (4.7M):
@@ -27,7 +27,8 @@ one CPU, the same recipe on a tiny modern model), `context` (phase 2).
 
 from ml_collections import config_dict
 
-from experiments import _common, _variants, mlm_nsp_base
+from encoder import config_schema
+from experiments import _common, _variants
 
 DESCRIPTION = 'ModernBERT-base (149M) MLM pretraining, its recipe: packed, 30% mask, WSD'
 ROWS, LENGTH, LONG = 4608, 1024, 8192  # the paper's batch and its two sequence lengths
@@ -38,13 +39,10 @@ def steps(tokens: float, rows: int, length: int) -> int:
   return round(tokens / (rows * length))
 
 
-def modern_config(experiment: str, size: str, peak_lr: float, warmup_tokens: float,
-                  rows: int) -> config_dict.ConfigDict:
-  """The recipe every mlm_modern_* experiment shares, at one model size and batch."""
-  c = mlm_nsp_base.base_config()
-  c.experiment = experiment
+def recipe(c: config_dict.ConfigDict, peak_lr: float, warmup_tokens: float,
+           rows: int) -> config_dict.ConfigDict:
+  """ModernBERT's phase 1 at a peak learning rate, warmup and batch (mlm_modern_large's too)."""
   m = c.model
-  m.size = size
   m.rope_theta = 10_000.0  # phase 1; the context phase raises it to 160k
   m.dropout_rate = m.attention_dropout_rate = 0.0
   d = c.data
@@ -56,12 +54,10 @@ def modern_config(experiment: str, size: str, peak_lr: float, warmup_tokens: flo
   t = c.train
   t.optimizer = 'stable_adamw'
   t.learning_rate = peak_lr
-  t.b1, t.b2, t.eps = 0.9, 0.98, 1e-6
+  t.b2 = 0.98
   t.weight_decay = 1e-5 / peak_lr  # the paper's fully decoupled 1e-5, in AdamW's form
   t.clip_norm = 0.0  # StableAdamW clips each tensor's update instead
-  t.schedule = 'wsd'
-  t.decay_shape = '1-sqrt'
-  t.decay_steps = 0  # phase 1 stays at the peak; the context phase decays
+  t.schedule = 'wsd'  # decay_steps 0: phase 1 stays at the peak; the context phase decays
   t.batch_size = rows
   t.warmup_steps = steps(warmup_tokens, rows, LENGTH)
   t.num_steps = steps(1.7e12, rows, LENGTH)
@@ -80,18 +76,11 @@ def context(c: config_dict.ConfigDict) -> None:
   c.train.decay_steps = steps(50e9, rows, LONG)
 
 
-def smoke(c: config_dict.ConfigDict) -> None:
-  """The recipe on a tiny modern model, in seconds on one CPU (4 steps, the last two decaying)."""
-  _common.shrink(c)
-  c.model.size = 'modern_tiny'
-  c.model.local_window = 16
-  c.data.max_eval_documents = 20
-  c.train.decay_steps = 2
+VARIANTS: _variants.Variants = {'smoke': _common.modern_smoke, 'context': context}
 
 
-VARIANTS: _variants.Variants = {'smoke': smoke, 'context': context}
-
-
-def get_config(arg: str | None = None) -> config_dict.ConfigDict:
-  return _variants.apply_variants(
-      modern_config('mlm_modern_base', 'modern_base', 8e-4, 3e9, ROWS), arg, VARIANTS)
+def get_config(arg=None):
+  c = config_schema.pretraining_config('mlm_modern_base')
+  c.model.size = 'modern_base'
+  recipe(c, peak_lr=8e-4, warmup_tokens=3e9, rows=ROWS)
+  return _variants.apply_variants(c, arg, VARIANTS)

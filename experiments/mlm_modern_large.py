@@ -11,11 +11,14 @@ that is a branch (train.decay_from=DIR:STEP with --config.train.learning_rate=5e
 Variants as mlm_modern_base: `smoke`, `context`.
 """
 
+from encoder import config_schema
 from experiments import _variants, mlm_modern_base
 
 DESCRIPTION = 'ModernBERT-large (395M) MLM pretraining, its recipe: packed, 30% mask, WSD'
 
 
 def get_config(arg=None):
-  c = mlm_modern_base.modern_config('mlm_modern_large', 'modern_large', 5e-4, 2e9, 4928)
+  c = config_schema.pretraining_config('mlm_modern_large')
+  c.model.size = 'modern_large'
+  mlm_modern_base.recipe(c, peak_lr=5e-4, warmup_tokens=2e9, rows=4928)
   return _variants.apply_variants(c, arg, mlm_modern_base.VARIANTS)

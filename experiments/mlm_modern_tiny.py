@@ -14,8 +14,9 @@ most 16 positions away, against rows of 64). Held-out masks stay at 15%, so its 
 compares with mlm_nsp_tiny's (docs/ablations.md, "BERT and the modern recipe").
 """
 
+from encoder import config_schema
 from encoder.sweep.grid import Arm
-from experiments import _variants, mlm_modern_base
+from experiments import _common, _variants
 
 DESCRIPTION = 'ModernBERT recipe at BERT-tiny size on the embedded Python docs; minutes on a CPU'
 
@@ -61,18 +62,32 @@ def get_sweep(name: str) -> list:
 
 
 def get_config(arg=None):
-  c = mlm_modern_base.modern_config('mlm_modern_tiny', 'modern_tiny', 1.5e-3, 0, 32)
-  c.model.intermediate_size = 344  # GeGLU at BERT-tiny's MLP parameter count (see above)
-  c.model.max_position_embeddings = 512
-  c.data.vocab_size = 1024
-  c.data.eval_fraction = 0.05  # mlm_nsp_tiny's held-out documents
-  c.data.max_seq_length = 64
+  c = config_schema.pretraining_config('mlm_modern_tiny')
+  m = c.model
+  m.size = 'modern_tiny'
+  m.intermediate_size = 344  # GeGLU at BERT-tiny's MLP parameter count (see above)
+  m.max_position_embeddings = 512
+  m.rope_theta = 10_000.0  # mlm_modern_base's phase 1
+  m.dropout_rate = m.attention_dropout_rate = 0.0
+  d = c.data
+  d.vocab_size = 1024  # mlm_nsp_tiny's
+  d.nsp = False
+  d.packing = 'documents'
+  d.mask_rate = 0.3
+  d.max_seq_length = 64
+  d.eval_fraction = 0.05  # mlm_nsp_tiny's held-out documents
   t = c.train
+  t.optimizer = 'stable_adamw'
+  t.learning_rate = 1.5e-3
+  t.b2 = 0.98
   t.weight_decay = 0.01  # mlm_nsp_tiny's (and BERT's)
+  t.clip_norm = 0.0  # StableAdamW clips each tensor's update instead
+  t.schedule = 'wsd'
+  t.batch_size = 32
   t.num_steps = 4500  # mlm_nsp_tiny's budget
   t.warmup_steps = 200
-  t.decay_steps = 900  # the last 20% (Hagele et al., 2024)
+  t.decay_steps = 900  # the last 20% (Hagele et al., 2024), 1-sqrt
   t.log_every = 50
   t.eval_every = 500
   t.checkpoint_every = 500
-  return _variants.apply_variants(c, arg, {'smoke': mlm_modern_base.smoke})
+  return _variants.apply_variants(c, arg, {'smoke': _common.modern_smoke})

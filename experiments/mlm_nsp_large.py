@@ -7,13 +7,13 @@ Same optimiser, schedule and batch as `mlm_nsp_base` (24 layers, hidden 1024, 16
 Expected on Wikipedia + BooksCorpus after 1M steps: MLM accuracy ~0.70, NSP ~0.98.
 """
 
-from experiments import _variants, mlm_nsp_base
+from encoder import config_schema
+from experiments import _common, _variants
 
 DESCRIPTION = 'BERT-large (336M) MLM + NSP pretraining, the paper recipe'
 
 
 def get_config(arg=None):
-  c = mlm_nsp_base.base_config()
-  c.experiment = 'mlm_nsp_large'
+  c = config_schema.pretraining_config('mlm_nsp_large')
   c.model.size = 'large'
-  return _variants.apply_variants(c, arg, mlm_nsp_base.VARIANTS)
+  return _variants.apply_variants(c, arg, {'smoke': _common.pretraining_smoke})

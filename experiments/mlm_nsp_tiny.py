@@ -13,7 +13,8 @@ plateau is left after a number of steps, not of tokens. It stays post-LN, so
 `convert --to-hf` exports it as BertForPreTraining.
 """
 
-from experiments import _variants, mlm_nsp_base
+from encoder import config_schema
+from experiments import _common, _variants
 
 DESCRIPTION = 'BERT-tiny MLM + NSP on the embedded Python docs; minutes on a CPU'
 
@@ -61,8 +62,7 @@ def get_sweep(name: str) -> list[tuple[str, list[str]]]:
 
 
 def get_config(arg=None):
-  c = mlm_nsp_base.base_config()
-  c.experiment = 'mlm_nsp_tiny'
+  c = config_schema.pretraining_config('mlm_nsp_tiny')
   c.model.size = 'tiny'
   # A 2-layer model sees this small corpus many times in 10 minutes: dropout only slows it.
   c.model.dropout_rate = 0.0
@@ -81,4 +81,4 @@ def get_config(arg=None):
   t.log_every = 50
   t.eval_every = 500
   t.checkpoint_every = 500
-  return _variants.apply_variants(c, arg, mlm_nsp_base.VARIANTS)
+  return _variants.apply_variants(c, arg, {'smoke': _common.pretraining_smoke})

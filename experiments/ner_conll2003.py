@@ -10,13 +10,14 @@ Each word's tag is predicted at its first sub-token. Metrics: `f1`, `precision`,
 2019); ~0.85+ from MiniLM-L6 (benchmarks/finetune.py, on a 4k-sentence slice).
 """
 
+from encoder import config_schema
 from experiments import _finetune, _variants
 
 DESCRIPTION = 'CoNLL-2003 NER (entity F1) on a pretrained encoder'
 
 
 def get_config(arg=None):
-  c = _finetune.finetune_config('ner_conll2003', 'tagging')
+  c = config_schema.finetuning_config('ner_conll2003', 'tagging')
   c.data.tfds = 'conll2003'
   c.train.learning_rate = 5e-5
   c.train.best_metric = 'f1'

@@ -15,28 +15,17 @@ BERT-base (Devlin et al., 2019). Then `encoder.load(WORKDIR).answer(question, co
 
 from ml_collections import config_dict
 
+from encoder import config_schema
 from experiments import _finetune, _smoke_squad, _variants
 
 DESCRIPTION = 'SQuAD v1.1 extractive QA (exact match / F1) on a pretrained encoder'
 
 
 def squad_config(name: str, version_2: bool) -> config_dict.ConfigDict:
-  c = _finetune.finetune_config(name, 'span_qa')
-  d = c.data
-  d.tfds = 'squad/v2.0' if version_2 else 'squad/v1.1'
-  d.train = ''  # a local SQuAD JSON file (read instead of data.tfds)
-  d.max_seq_length = 384
-  d.doc_stride = 128  # tokens between the starts of consecutive windows over a long context
-  d.max_query_length = 64  # longer questions are cut (and counted in the log)
-  d.version_2_with_negative = version_2  # questions may have no answer (SQuAD 2.0)
-  d.answer_start_mismatch = 'error'  # answer text not at answer_start: error | nearest | skip
-  d.n_best_size = 20  # start and end candidates per window, and answers kept per question
-  d.max_answer_length = 30  # tokens
-  d.null_score_diff_threshold = 0.0  # v2: answer when null score - best span score <= this
-  t = c.train
-  t.learning_rate = 3e-5
-  t.num_epochs = 2.0
-  t.best_metric = 'f1'
+  """SQuAD v1.1 (or v2.0) from TFDS with BERT's run_squad recipe (the schema's span_qa)."""
+  c = config_schema.span_qa(config_schema.finetuning_config(name, 'span_qa'))
+  c.data.tfds = 'squad/v2.0' if version_2 else 'squad/v1.1'
+  c.data.version_2_with_negative = version_2
   return c
 
 

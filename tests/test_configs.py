@@ -3,10 +3,10 @@
 import pytest
 from ml_collections import config_dict
 
-from encoder import configs
+from encoder import config_schema, configs
 from encoder.errors import ConfigError
 from encoder.modules.config import model_config
-from experiments import _common, _variants, mlm_nsp_base
+from experiments import _variants
 
 EXPERIMENTS = sorted(configs.list_experiments())
 
@@ -49,9 +49,8 @@ def test_every_experiment_refuses_an_unknown_variant(name):
 
 
 def pretraining_only_data_fields() -> set[str]:
-  """What mlm_nsp_base adds to the shared data section: read by the pretraining pipeline only."""
-  shared = _common.shared_config('shared', 'none').data
-  return set(mlm_nsp_base.base_config().data) - set(shared)
+  """What the pretraining schema adds to the shared data section: read by its pipeline only."""
+  return set(config_schema.pretraining_config('x').data) - set(config_schema.data_section())
 
 
 def test_fine_tuning_configs_carry_no_pretraining_data_fields():

@@ -28,8 +28,8 @@ LAYERS = {
     'foundation': 0, 'modules': 1, 'data': 2, 'tasks': 3, 'train': 4,
     'inference': 5, 'hf': 5, 'sweep': 5, 'suite': 5, 'launch': 6, 'convert': 6, '__init__': 6,
 }
-FOUNDATION = ('errors', 'storage', 'store_retry', 'configs', 'orbax_s3', 'checkpoint_files',
-              'describe')
+FOUNDATION = ('errors', 'storage', 'store_retry', 'configs', 'config_schema', 'orbax_s3',
+              'checkpoint_files', 'describe')
 
 
 def module_names(root: pathlib.Path, package: str) -> dict[str, pathlib.Path]:

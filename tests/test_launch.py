@@ -1,5 +1,6 @@
 """The command line: exit codes, one-line errors, --describe and --list."""
 
+import json
 import os
 import subprocess
 import sys
@@ -88,3 +89,45 @@ def test_eval_suite_dry_run_lists_each_run_as_its_launch_command(tmp_path):
   assert lines[0].startswith(f"{tmp_path / 'suite' / 'pretrained' / 'rte-seed0'}  --exp "
                              f'classify_rte --config.init_from={run} ')
   assert lines[-1].endswith('--config.train.seed=1 --config.train.num_steps=5')
+
+
+NO_JAX = """
+import runpy, sys
+sys.argv = ['launch.py', *sys.argv[1:]]
+try:
+  runpy.run_path('launch.py', run_name='__main__')
+except SystemExit as e:
+  code = e.code
+loaded = sorted(m for m in ('jax', 'flax', 'optax', 'orbax') if m in sys.modules)
+sys.stderr.write(f'exit {code} loaded {loaded}\\n')
+"""
+
+
+@pytest.mark.parametrize('args', [
+    ('--list',), ('--help',), ('--exp', 'mlm_modern_base', '--print_config'),
+    ('--exp', 'classify_sst2:smoke', '--print_config'), ('--exp', 'mlm_nsp_tyni'),
+    ('--exp', 'mlm_nsp_tiny', '--config.train.num_stpes=3'),
+    ('--exp', 'mlm_nsp_tiny', '--config.data.packing=documents', '--print_config')])
+def test_the_command_line_answers_without_jax(args):
+  out = subprocess.run([sys.executable, '-c', NO_JAX, *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+  assert out.stderr.rstrip().splitlines()[-1].endswith('loaded []'), out.stderr
+
+
+@pytest.mark.parametrize('flag', ['--print_config', '--describe'])
+def test_print_config_and_describe_refuse_what_training_refuses(flag, tmp_path):
+  out = launch('--exp', 'mlm_nsp_tiny:smoke', flag, '--config.data.packing=documents',
+               '--workdir', str(tmp_path / 'w'))
+  assert out.returncode == 2 and out.stdout == ''
+  assert out.stderr == ('error: data.packing=documents needs data.nsp=false: NSP reads sentence '
+                        'pairs, packed rows have none\n')
+  assert not (tmp_path / 'w').exists()
+
+
+def test_print_config_shows_every_model_field_concrete():
+  out = launch('--exp', 'mlm_modern_base', '--print_config')
+  model = json.loads(out.stdout)['model']
+  assert model['vocab_size'].startswith('(from the data:')
+  assert None not in model.values()
+  assert (model['num_layers'], model['intermediate_size'], model['rope_theta']) == (
+      22, 1152, 10_000.0)

@@ -22,10 +22,11 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from encoder import configs
-from encoder.modules.config import model_config, resolved_fields
+from encoder.modules.config import model_config
 from encoder.modules.transformer import Encoder
 from encoder.tasks import get_task
 from encoder.train.optim import make_optimizer
+from encoder.train.resolve import resolve_config
 from encoder.train.steps import create_state, eval_step, train_step
 from encoder.train.strategy import MeshStrategy
 
@@ -38,8 +39,8 @@ def setup(dtype: str, impl: str, *overrides: str, exp: str = 'mlm_nsp_tiny:smoke
   configs.apply_overrides(config, [f'model.dtype={dtype}', f'model.attention_impl={impl}',
                                    'model.attention_dropout_rate=0.0', 'train.batch_size=16',
                                    *overrides])
+  config = resolve_config(config)
   config.model.vocab_size = config.data.vocab_size
-  config.model.update(resolved_fields(config.model))
   task = get_task(config.task)
   model, tx = task.build_model(config), make_optimizer(config.train)
   state = jax.eval_shape(lambda: create_state(

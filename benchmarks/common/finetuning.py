@@ -62,12 +62,13 @@ def carve_conll(directory: str, n_train: int, n_eval: int) -> tuple[str, str]:
 
 
 def run_config(exp: str, overrides: list[str]):
-  """The experiment with the overrides, as `encoder.train.run_setup.setup_train_loop` takes
-  it (it adds init_from's architecture and tokenizer itself)."""
+  """The experiment with the overrides, resolved as `encoder.train.run_setup.setup_train_loop`
+  takes it (init_from's architecture and tokenizer, the size preset)."""
   from encoder import configs
+  from encoder.train.resolve import resolve_config
   config = configs.load_experiment(exp)
   configs.apply_overrides(config, overrides)
-  return config
+  return resolve_config(config)
 
 
 def finetune(exp: str, workdir: str, overrides: list[str]) -> dict:

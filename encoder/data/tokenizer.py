@@ -359,7 +359,7 @@ def get_tokenizer(config, workdir: str, documents: list[list[str]],
       tok = load_tokenizer(cached)
     else:
       tok = train_sentencepiece(documents, int(d.vocab_size),
-                                float(d.get('character_coverage', 0.9999)))
+                                float(d.character_coverage))
       if cached:
         cache.write_bytes(cached, tok.proto)
   if storage.is_remote(directory):  # a bucket cannot rename: each file is one whole object

@@ -36,7 +36,7 @@ def answer(model, question, context):
               for i, (q, c) in enumerate(zip(questions, contexts, strict=True))]
   features = windows(model, examples)
   start, end = span_logits(model, features.arrays)
-  options = decode_options(model.config.get('data', {}))
+  options = decode_options(model.config['data'])
   results = []
   for p in decode_all(examples, features, start, end, options):
     none = not p.text
@@ -51,10 +51,10 @@ def answer(model, question, context):
 
 def windows(model, examples: list[QAExample]):
   """The examples' windows (`squad_features.Features`), cut by the run's data settings."""
-  data = model.config.get('data', {})
+  data = model.config['data']
   return build_features(model.tokenizer, examples,
-                        min(int(data.get('max_seq_length', 384)), model.max_length),
-                        int(data.get('doc_stride', 128)), int(data.get('max_query_length', 64)))
+                        min(int(data['max_seq_length']), model.max_length),
+                        int(data['doc_stride']), int(data['max_query_length']))
 
 
 def span_logits(model, arrays: dict) -> tuple[np.ndarray, np.ndarray]:

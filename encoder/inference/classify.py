@@ -36,7 +36,7 @@ def classify(model, texts: Sequence) -> list[dict]:
 def classify_logits(model, texts: list) -> np.ndarray:
   """[texts, num_labels] float32 logits of texts or (a, b) pairs, as the trainer's eval step
   computes them."""
-  ids, segments, mask = model.tokenize(texts, model.config.get('data', {}).get('max_seq_length'))
+  ids, segments, mask = model.tokenize(texts, model.config['data']['max_seq_length'])
   module = BertForClassification(model.model_config, head_size(model.params, 'classifier'))
   return model.task_outputs(module, {'input_ids': ids, 'segment_ids': segments,
                                      'input_mask': mask})['logits']

@@ -23,7 +23,7 @@ def head_size(params: dict, head: str) -> int:
 
 def label_names(config: dict) -> list[str] | None:
   """The fine-tuning run's `data.labels`, in head order; None for a regression head."""
-  labels = config.get('data', {}).get('labels')
+  labels = config['data'].get('labels')  # a pretraining run has none
   return [s.strip() for s in labels.split(',')] if labels else None
 
 

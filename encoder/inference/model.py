@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from encoder import storage
+from encoder import config_schema, storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.data.tokenizer import load_tokenizer
 from encoder.errors import CheckpointError, DataError
@@ -77,7 +77,8 @@ def load(path: str) -> Model:
     tokenizer = load_tokenizer(tokenizer_dir)
   except DataError as e:
     raise CheckpointError(f"'{workdir}': unreadable tokenizer ({e})") from None
-  vocab = config['model'].get('vocab_size') or tokenizer.vocab_size
+  config = config_schema.complete(config)  # fields an earlier version did not write
+  vocab = config['model']['vocab_size'] or tokenizer.vocab_size
   # Inference never drops out, and attention is computed as suits this machine (`auto`),
   # whatever the machine the checkpoint was trained on was told.
   cfg = model_config({**config['model'], 'dropout_rate': 0.0, 'attention_dropout_rate': 0.0,
@@ -103,7 +104,7 @@ class Model:
 
   def __repr__(self) -> str:
     c = self.model_config
-    return (f'<encoder.Model {self.config.get("task", "pretraining")} {c.num_layers} layers, '
+    return (f'<encoder.Model {self.config["task"]} {c.num_layers} layers, '
             f'hidden {c.hidden_size}, {c.num_heads} heads, vocab {c.vocab_size}: {self.path}>')
 
   @property
@@ -226,7 +227,7 @@ class Model:
 
   def _task(self, method: str, *args):
     task, what, run = TASK_METHODS[method]
-    trained = self.config.get('task', 'pretraining')
+    trained = self.config['task']
     if trained != task:
       raise CheckpointError(f'this checkpoint has no {what} head (it was trained for {trained}); '
                             f'fine-tune with --config.init_from={self.workdir or self.path} first')

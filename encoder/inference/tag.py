@@ -50,7 +50,7 @@ def tag_logits(model, sentences: list[list[str]]
                ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
   """Every token's logits [sentences, seq, num_tags] (seq: the longest row's bucket), each
   sentence's first sub-token positions (its words' tags are read there), and the input mask."""
-  max_length = int(model.config.get('data', {}).get('max_seq_length') or model.max_length)
+  max_length = int(model.config['data']['max_seq_length'])
   arrays, positions = encode_words(model.tokenizer, sentences, min(max_length, model.max_length))
   module = BertForTagging(model.model_config, head_size(model.params, 'tagger'))
   logits = model.task_outputs(module, arrays)['logits']

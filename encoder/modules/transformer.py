@@ -113,7 +113,7 @@ class Encoder(nn.Module):
     examples (at their [CLS] tokens, or over their tokens under `pooling=mean`) instead of
     the row as one."""
     cfg = self.config
-    if input_ids.shape[-1] > cfg.max_position_embeddings:
+    if cfg.position_embedding == 'learned' and input_ids.shape[-1] > cfg.max_position_embeddings:
       raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
                        f'max_position_embeddings={cfg.max_position_embeddings}')
     if segment_ids is None:

@@ -13,14 +13,13 @@ weights: what the table would say without pretraining.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
-from encoder import storage
+from encoder import config_schema, storage
+from encoder.checkpoint_files import find_run_directory
 from encoder.errors import ConfigError
+from encoder.modules.config import ARCHITECTURE_FIELDS
 from encoder.sweep.status import STATUS_FILE, read_status
-from encoder.train.checkpoint import find_run_directory
-from encoder.train.resolve import ARCHITECTURE_FIELDS
 
 SCRATCH = 'scratch'
 
@@ -101,10 +100,10 @@ def checkpoint_steps(run_dir: str) -> list[int]:
 
 def scratch_arm(run_dir: str) -> Arm:
   """The run's architecture (every field its config.json fixes) and tokenizer, no weights."""
-  model = json.loads(storage.read_text(os.path.join(run_dir, 'config.json'))).get('model', {})
+  model = config_schema.read_saved(run_dir)['model']
   overrides = ['init_from=', f"data.tokenizer={os.path.join(run_dir, 'tokenizer')}"]
   overrides += [f'model.{k}={_text(model[k])}' for k in ARCHITECTURE_FIELDS
-                if model.get(k) is not None]
+                if model[k] is not None]
   return Arm(SCRATCH, tuple(overrides), run_dir)
 
 

@@ -37,7 +37,7 @@ class TaskData:
 def task_data(task: SuiteTask, suite, suite_dir: str) -> TaskData:
   """The task's files under the suite's folder (sliced on first use), TFDS, or why missing."""
   mode = suite.dev_set  # checked by options.build
-  folder = suite.get(SOURCE_DIRS[task.source])
+  folder = suite[SOURCE_DIRS[task.source]]
   if not folder:
     return TaskData()  # TFDS: the experiment's own splits (the official dev set)
   train = os.path.join(storage.abspath(folder), task.train_file)

@@ -8,7 +8,7 @@ import io
 import json
 import os
 
-from encoder import storage
+from encoder import config_schema, storage
 from encoder.sweep.status import last_step, read_status
 from encoder.train.metric_writer import read_metrics
 
@@ -29,9 +29,9 @@ def collect(sweep_dir: str) -> list[dict]:
     record['eval_curve'], record['final'] = evals, evals[-1] if evals else {}
     record['steps'] = last_step(workdir)
     config_path = os.path.join(workdir, 'config.json')
-    task = 'pretraining'
+    task = 'pretraining'  # a run that never started: its metrics are the train loss's
     if storage.exists(config_path):
-      task = json.loads(storage.read_text(config_path)).get('task', task)
+      task = config_schema.read_saved(workdir)['task']
     record['main_metric'] = MAIN_METRIC.get(task, 'loss')
     records.append(record)
   return records

@@ -18,6 +18,7 @@ from encoder.errors import EncoderError
 from encoder.sweep.grid import run_configs
 from encoder.sweep.report import write_report
 from encoder.sweep.status import finished, read_status, write_status
+from encoder.train.resolve import resolve_config
 from encoder.train.trainer import check_workdir, setup_logging, train_and_evaluate
 
 log = logging.getLogger('encoder')
@@ -38,7 +39,11 @@ def run_sweep(spec: str, config, axes: list[tuple[str, list]], sweep_dir: str,
     if 'cache_dir' in run_config.data and not run_config.data.cache_dir:
       # One cache for the arms: those on the same corpus share one preparation of it.
       run_config.data.cache_dir = os.path.join(sweep_dir, 'cache')
-    check_workdir(run_config, os.path.join(sweep_dir, name))
+    try:
+      resolved = resolve_config(run_config)
+    except EncoderError:
+      continue  # a config training refuses: recorded as this run's failure in its turn
+    check_workdir(resolved, os.path.join(sweep_dir, name))
   storage.makedirs(sweep_dir)
   for name, overrides, run_config in runs:
     workdir = os.path.join(sweep_dir, name)

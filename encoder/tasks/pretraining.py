@@ -60,7 +60,7 @@ def build_model(config) -> BertForPretraining:
   """The task's model from the experiment config (its `model` group resolved already)."""
   return BertForPretraining(model_config(config.model, config.data.vocab_size),
                             nsp=bool(config.data.nsp),
-                            nsp_weight=float(config.train.get('nsp_loss_weight', 1.0)))
+                            nsp_weight=float(config.train.nsp_loss_weight))
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
@@ -82,7 +82,7 @@ def dummy_batch(config, batch_size: int = 1) -> dict:
 def packed_inputs(config, batch_size: int) -> dict:
   """The two packing fields a `data.packing=documents` batch carries (each row one example
   here), so shapes traced from the dummy batch match the real ones."""
-  if config.data.get('packing', 'none') != 'documents':
+  if config.data.packing != 'documents':
     return {}
   shape = (batch_size, config.data.max_seq_length)
   return {'input_segmentation': jnp.ones(shape, jnp.int32),

@@ -15,45 +15,18 @@ directory, checkpoints and lock are left alone, so it may go on training meanwhi
 from __future__ import annotations
 
 import logging
-import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from encoder import orbax_s3, storage
-from encoder.checkpoint_files import checkpoint_candidates
-from encoder.errors import CheckpointError, ConfigError
+from encoder.checkpoint_files import decay_source as source
+from encoder.errors import CheckpointError
 from encoder.train.checkpoint import Saved, from_items, restore_args
 from encoder.train.steps import TrainState
 
 log = logging.getLogger('encoder')
-
-
-def source(text: str) -> tuple[str, int]:
-  """`DIR:STEP` or `DIR` (its newest complete step) -> (the run's workdir, the step).
-
-  A CheckpointError when there is no such complete checkpoint, before anything is written."""
-  path, step = text, None
-  head, sep, tail = text.rpartition(':')
-  if sep and tail.isdigit():
-    path, step = head, int(tail)
-  workdir, candidates = checkpoint_candidates(path)
-  steps = [int(os.path.basename(os.path.dirname(c))) for c in candidates]
-  if step is None:
-    return workdir, steps[0]
-  if step not in steps:
-    shown = ', '.join(map(str, sorted(steps)[-8:]))
-    raise CheckpointError(f"train.decay_from='{text}': {workdir} has no complete checkpoint "
-                          f'of step {step} (it has: {shown})')
-  return workdir, step
-
-
-def check(config) -> None:
-  """Refuses what a branch cannot mean (it already starts from that run's weights)."""
-  if config.train.get('decay_from') and config.get('init_from'):
-    raise ConfigError('set train.decay_from or init_from, not both: a branch starts from the '
-                      'whole checkpoint (weights, optimizer state, step) of its source run')
 
 
 def restore(text: str, like: TrainState) -> Saved:

@@ -31,7 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from encoder import orbax_s3, storage
-from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
+from encoder.checkpoint_files import find_run_directory, resolve_checkpoint, restore_newest_params  # noqa: F401 - find_run_directory: read from here too
 from encoder.errors import CheckpointError
 from encoder.train.steps import TrainState
 
@@ -220,15 +220,3 @@ def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
     return value
 
   return jax.tree_util.tree_map_with_path(pick, fresh), kept_fresh
-
-
-def find_run_directory(path: str) -> str | None:
-  """The workdir (holding config.json) that a checkpoint path belongs to, if any."""
-  path = storage.abspath(os.path.expanduser(path))
-  for candidate in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(path)),
-                    os.path.dirname(os.path.dirname(os.path.dirname(path)))):
-    if storage.is_remote(candidate) and '/' not in candidate.split('://', 1)[1]:
-      break  # up to the bucket itself, no further
-    if storage.isfile(os.path.join(candidate, 'config.json')):
-      return candidate
-  return None

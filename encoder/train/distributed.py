@@ -51,7 +51,7 @@ def process_arguments(parallel) -> dict | None:
           f'parallel.num_processes and parallel.process_id in 0..num_processes-1; got '
           f'{address!r}, {count}, {index}')
     return {'coordinator_address': address, 'num_processes': count, 'process_id': index}
-  mode = parallel.get('initialize', 'auto')
+  mode = parallel.initialize
   if mode not in ('auto', 'always', 'never'):
     raise ConfigError(f"parallel.initialize={mode!r}: use 'auto', 'always' or 'never'")
   if mode == 'always' or (mode == 'auto' and _detected_cluster()):

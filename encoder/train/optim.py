@@ -40,7 +40,7 @@ def _stable_then_decay(train, peak: float, steps: int) -> optax.Schedule:
   linear, cosine, or 1-sqrt (1 - sqrt(progress): Hagele et al., 2024, which matched a cosine
   run's loss with a 20% decay). The stable part does not depend on train.num_steps, so a decay
   branched off any stable checkpoint (train.decay_from) retraces the stable steps exactly."""
-  decay, shape = int(train.get('decay_steps', 0) or 0), str(train.get('decay_shape', '1-sqrt'))
+  decay, shape = int(train.decay_steps), str(train.decay_shape)
   if shape not in DECAY_SHAPES:
     raise ConfigError(f"train.decay_shape='{shape}' is not one of {', '.join(DECAY_SHAPES)}")
   if not 0 <= decay <= steps:

@@ -58,11 +58,10 @@ def write_config(config, workdir: str) -> None:
 
 
 def setup_train_loop(config, workdir: str) -> RunSetup:
-  """The run the trainer loops over, from `config` (the experiment with its overrides) in
-  `workdir` (known to be this run's): init_from's architecture and tokenizer (which the data
-  needs), the task's data, the resolved config written to config.json, and the state restored
+  """The run the trainer loops over, from `config` (a `resolve.resolve_config` result: its
+  architecture and tokenizer settled, which the data needs) in `workdir` (known to be this
+  run's): the task's data, the final config written to config.json, and the state restored
   from the newest readable checkpoint, else fresh (with init_from's weights)."""
-  config = configs.with_fields(config, resolve_lib.init_from_fields(config))
   task = get_task(config.task)
   strategy = make_strategy(config.parallel)
   # Fails early if indivisible (the resolved batch size is the same).
@@ -77,12 +76,12 @@ def setup_train_loop(config, workdir: str) -> RunSetup:
   t = config.train
   model, tx, dummy = _parts(config, task)
   checkpointer = ckpt_lib.Checkpointer(workdir, t.keep_checkpoints,
-                                       best_metric=t.get('best_metric', ''))
+                                       best_metric=t.best_metric if 'best_metric' in t else '')
   like = strategy.checkpoint_like(model, tx, dummy)  # shapes (and layout), no device memory
   saved = checkpointer.restore_newest_readable(like)
   if saved is not None:
     log.info('Resuming from checkpoint at step %d in %s', saved.step, checkpointer.directory)
-  elif t.get('decay_from'):  # a new branch: the source run's checkpoint, whole
+  elif t.decay_from:  # a new branch: the source run's checkpoint, whole
     saved = branch.restore(t.decay_from, like)
   if saved is not None:
     start, data_state, state = saved.step, saved.data_state, strategy.place_state(saved.state)
@@ -128,7 +127,7 @@ def _init_from_params(config, model, dummy) -> dict | None:
 
 def _compiled(config, task, strategy, model, tx):
   t = config.train
-  return strategy.steps(model, task, tx, t.grad_accum_steps, bool(t.get('skip_nonfinite', False)))
+  return strategy.steps(model, task, tx, t.grad_accum_steps, bool(t.skip_nonfinite))
 
 
 def _count(params) -> int:

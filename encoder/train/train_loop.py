@@ -80,7 +80,7 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   train_iter = run.data.train_iterator(run.data_state)
   evaluate = Evaluator(run.task, run.data, run.model, run.eval_step, t.eval_batches, workdir,
                        strategy, enabled=is_main)
-  best = BestMarker(workdir, t.get('best_metric', ''), enabled=is_main)
+  best = BestMarker(workdir, t.best_metric if 'best_metric' in t else '', enabled=is_main)
   monitor, retries = faults.NonfiniteMonitor(bool(t.skip_nonfinite)), \
       RetryReport(progress, retried_before)
   schedule = learning_rate_schedule(t)

@@ -6,16 +6,13 @@ model, a loss, metric reduction and data, and runs the same loop for all of them
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 
-from encoder import configs, storage, store_retry
+from encoder import config_schema, configs, storage, store_retry
 from encoder.errors import ConfigError
-from encoder.tasks import get_task
-from encoder.train import branch, distributed, workdir_lock
-from encoder.train import checkpoint as ckpt_lib
+from encoder.train import distributed, workdir_lock
 from encoder.train import resolve as resolve_lib
 from encoder.train.run_setup import setup_train_loop
 from encoder.train.train_loop import run_loop
@@ -47,19 +44,20 @@ def setup_logging() -> None:
 
 
 def check_workdir(config, workdir: str) -> dict | None:
-  """The workdir's saved config if it belongs to this run; ConfigError if it belongs to another."""
+  """The workdir's saved config (completed from the schema) if it belongs to this run, a
+  `resolve_config` result; ConfigError if it belongs to another."""
   path = os.path.join(workdir, 'config.json')
   if not storage.exists(path):
     return None
-  saved = json.loads(storage.read_text(path))
-  current = configs.from_json(configs.to_json(config))
-  # The experiment first, as the most telling difference; fields unset here (filled from the
-  # data) or absent there (added to the code since) do not count.
-  for key in ['experiment', *configs.flatten_keys(current)]:
-    here = configs.nested_get(current.to_dict(), key.split('.'))
+  saved = config_schema.read_saved(workdir)
+  current = config.to_dict()
+  # The experiment first, as the most telling difference; fields the data fills (unset here)
+  # do not count.
+  for key in ['experiment', *configs.flatten_keys(config)]:
+    here = configs.nested_get(current, key.split('.'))
     there = configs.nested_get(saved, key.split('.'))
     resumable = key in RESUMABLE_KEYS or key.split('.')[0] in RESUMABLE_SECTIONS
-    if resumable or here is None or there is None or here == there:
+    if resumable or here is None or here == there:
       continue
     raise ConfigError(
         f"workdir '{workdir}' belongs to a different run ({key}={there!r} there, {here!r} "
@@ -94,18 +92,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   workdir = storage.abspath(workdir)  # a bucket URL stays one; an unknown scheme is refused
   storage.check_checkpoint_location(workdir)
   storage.check_bucket(workdir)  # a missing bucket or no credentials: before anything is written
-  get_task(config.task)  # an unknown task fails before anything is written
-  branch.check(config)
-  inherited = resolve_lib.init_from_fields(config)
-  config = configs.with_fields(config, inherited)  # the data needs init_from's tokenizer
-  saved = check_workdir(config, workdir)
-  if config.init_from and saved is None:
-    ckpt_lib.find_params_directory(config.init_from)  # fail before anything is written
-  origin = ('init_from', config.init_from) if config.init_from else \
-      ('decay_from', config.train.get('decay_from', ''))
-  if origin[1] and saved is None:
-    for key, value in inherited.items():
-      log.info('From %s %s: %s=%r', *origin, key, value)
+  config = resolve_lib.resolve_config(config)  # every refusal before anything is written
+  check_workdir(config, workdir)
   # SIGTERM/SIGINT become a stop request from here to the end (set-up, eval, checkpoint writes,
   # uploads, the final wait): a signal outside the loop must not kill a run mid-commit.
   with _StopRequest() as stop, workdir_lock.hold(workdir, enabled=distributed.is_main_process()):

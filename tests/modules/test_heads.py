@@ -7,8 +7,9 @@ import numpy as np
 import optax
 import pytest
 
+from encoder.config_schema import BERT_SIZES
 from encoder.describe import count, parameter_shapes
-from encoder.modules.config import BERT_SIZES, ModelConfig
+from encoder.modules.config import ModelConfig
 from encoder.modules.heads import (
   ClassificationHead,
   MlmHead,

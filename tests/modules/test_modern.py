@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder.config_schema import MODERN_ARCHITECTURE
 from encoder.errors import ConfigError
-from encoder.modules.config import MODERN_ARCHITECTURE, ModelConfig, model_config
+from encoder.modules.config import ModelConfig, model_config
 from encoder.modules.heads import ClassificationHead
 from encoder.modules.layers import init_stddev
 from encoder.modules.rotary import apply_rope, rope_tables

@@ -6,10 +6,10 @@ import pytest
 
 from encoder import configs
 from encoder.errors import ConfigError
-from encoder.modules.config import resolved_fields
 from encoder.tasks import get_task
 from encoder.train import sharding
 from encoder.train.optim import make_optimizer
+from encoder.train.resolve import resolve_config
 from encoder.train.run_setup import setup_steps
 from encoder.train.strategy import make_strategy
 
@@ -18,8 +18,8 @@ def tiny_setup(*overrides):
   config = configs.load_experiment('mlm_nsp_tiny:smoke')
   configs.apply_overrides(config, ['model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
                                    'train.batch_size=16', *overrides])
+  config = resolve_config(config)
   config.model.vocab_size = config.data.vocab_size
-  config.model.update(resolved_fields(config.model))
   task = get_task(config.task)
   model, tx = task.build_model(config), make_optimizer(config.train)
   return config, task, model, tx

@@ -2,11 +2,11 @@
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
+from encoder import config_schema
 from encoder.errors import ConfigError
 from encoder.train.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
 
@@ -15,7 +15,9 @@ def train_config(**overrides):
   fields = dict(learning_rate=1e-3, warmup_steps=10, num_steps=110, schedule='linear',
                 optimizer='adamw', weight_decay=0.5, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0)
   fields.update(overrides)
-  return ml_collections.ConfigDict(fields)
+  train = config_schema.train_section()
+  train.update(fields)
+  return train
 
 
 def test_weight_decay_skips_biases_and_layer_norms():

@@ -64,7 +64,7 @@ class FinetuningData:
     self._token_predictions = token_predictions or {}
     self.num_train_examples = len(next(iter(train.values())))
     self.max_seq_length = train['input_ids'].shape[1]
-    self.buckets = buckets_lib.parse_buckets(d.get('length_buckets', 'none'),
+    self.buckets = buckets_lib.parse_buckets(d.length_buckets,
                                              self.max_seq_length)
     self._packed, self.steps_per_epoch = None, None
     self._eval_packed = None  # the packed eval plan `collate_predictions` reads back
@@ -83,7 +83,7 @@ class FinetuningData:
     else:
       self._sampler = buckets_lib.LengthGroupedSampler(
           train['input_mask'].sum(1), self.global_batch, self.seed,
-          d.get('bucket_window', 50), self.buckets)
+          d.bucket_window, self.buckets)
     self._eval_order = None  # eval example i is row _eval_order[i] of the gathered predictions
     self.stats = {'train': {'examples': self.num_train_examples}}
     for s in eval_sets:

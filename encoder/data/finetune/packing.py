@@ -25,7 +25,6 @@ import dataclasses
 import math
 import threading
 
-import jax
 import numpy as np
 
 from encoder.data.loader import Sampler
@@ -39,7 +38,7 @@ TARGET_FILL = 0.95  # auto rows: first-fit leaves a few percent of each row empt
 def packing_mode(config) -> str:
   """`data.packing` of a fine-tuning run: 'none' or 'examples'; a one-line ConfigError else
   (call it before anything is written)."""
-  mode = str(config.data.get('packing', 'none')).strip().lower()
+  mode = str(config.data.packing).strip().lower()
   if mode not in MODES:
     pretraining = mode in ('documents', 'full_sentences')
     hint = f' ({mode} packs pretraining rows)' if pretraining else ''
@@ -111,8 +110,9 @@ def rows_per_step(config, lengths: np.ndarray, max_len: int) -> int:
   Auto starts from the mean train length at TARGET_FILL, then scales by what first-fit really
   packs into steps of that many rows in epoch 0: examples longer than a third of a row leave
   far more of it empty than the mean suggests."""
+  import jax  # lazy: packing_mode checks a config without JAX (launch.py --print_config)
   multiple = jax.device_count() * int(config.train.grad_accum_steps)
-  given = int(config.data.get('pack_rows', 0))
+  given = int(config.data.pack_rows)
   if given < 0 or given % multiple:
     raise ConfigError(f'data.pack_rows={given} must be 0 (auto) or a multiple of '
                       f'{jax.device_count()} devices x {config.train.grad_accum_steps} '

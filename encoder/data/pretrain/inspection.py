@@ -64,7 +64,7 @@ def inspect_data(config, workdir: str, n: int) -> None:
   print(f'Data: {data.stats}')
   real = merged['input_mask'][:n].mean()
   print(f'Real (non-padding) tokens: {real:.1%} of these {n} rows (data.packing='
-        f"{config.data.get('packing', 'none')}).")
+        f"{config.data.packing}).")
   print('Masked tokens are shown as {original→shown}; | separates segment A from segment B, '
         '‖ the examples of a packed row.')
   for i in range(n):

@@ -24,6 +24,7 @@ SCHEDULES = ('constant', 'linear', 'steps')
 
 
 def schedule_name(d) -> str:
+  # d may be the fixed masks' fields (preparation._mask_fields), which carry no schedule
   name = str(d.get('mask_rate_schedule', 'constant') or 'constant')
   if name not in SCHEDULES:
     raise ConfigError(f"data.mask_rate_schedule='{name}' is not one of {', '.join(SCHEDULES)}")

@@ -127,7 +127,7 @@ def apply(ids: np.ndarray, eligible: np.ndarray, rng: np.random.Generator,
 def max_predictions(d) -> int:
   """The width of a batch's masked_* fields: data.max_predictions_per_seq, else the most
   predictions the mask-rate schedule asks of one row (round(length x peak rate))."""
-  given = d.get('max_predictions_per_seq')
+  given = d.max_predictions_per_seq
   return int(given) if given is not None else int(round(d.max_seq_length *
                                                         mask_schedule.peak_rate(d)))
 

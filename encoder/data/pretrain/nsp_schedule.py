@@ -14,13 +14,13 @@ from encoder.errors import ConfigError
 
 def is_scheduled(train) -> bool:
   """Whether the weight changes over training (`train.nsp_loss_weight_final` is set)."""
-  return train.get('nsp_loss_weight_final') is not None
+  return train.nsp_loss_weight_final is not None
 
 
 def nsp_weight_at(train, step: int) -> float:
   """The NSP gradient weight at `step`: `train.nsp_loss_weight`, moved linearly to
   `train.nsp_loss_weight_final` (when set) between `nsp_ramp_start` and `nsp_ramp_end`."""
-  first, final = float(train.nsp_loss_weight), train.get('nsp_loss_weight_final')
+  first, final = float(train.nsp_loss_weight), train.nsp_loss_weight_final
   if final is None:
     return first
   start, end = _ramp(train)
@@ -38,4 +38,4 @@ def check_nsp_schedule(train) -> None:
 
 
 def _ramp(train) -> tuple[int, int]:
-  return int(train.get('nsp_ramp_start', 0)), int(train.get('nsp_ramp_end', 0))
+  return int(train.nsp_ramp_start), int(train.nsp_ramp_end)

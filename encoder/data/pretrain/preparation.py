@@ -43,7 +43,7 @@ def settings(config, workdir: str) -> dict:
   packing = packing_layout(d)  # refused before the plan, which may build the embedded corpus
   cache_dir = d.cache_dir or os.path.join(workdir, 'cache')
   plan = sources.plan(d.corpus, int(d.prepare_shard_mb * 2**20), cache_dir,
-                     d.get('tfds_data_dir') or None)
+                     d.tfds_data_dir or None)
   corpus = {'version': VERSION, 'corpus': d.corpus, 'shard_mb': d.prepare_shard_mb,
             'files': _fingerprint(plan), 'eval_fraction': d.eval_fraction,
             'max_eval_documents': d.max_eval_documents}
@@ -74,7 +74,7 @@ def settings(config, workdir: str) -> dict:
 def packing_layout(d) -> str:
   """data.packing of a pretraining config, checked: none (BERT's pairs), documents or
   full_sentences (packed_rows)."""
-  packing = str(d.get('packing', 'none') or 'none')
+  packing = str(d.packing)
   if packing == 'examples':
     raise ConfigError('data.packing=examples packs fine-tuning batches; pretraining rows pack '
                       'with data.packing=documents (or full_sentences)')
@@ -338,8 +338,7 @@ def sample_sentences(plan: list[dict], limit: int) -> list[str]:
 
 
 def _eval_rate(d) -> float:
-  rate = d.get('eval_mask_rate')
-  return d.mask_rate if rate is None else rate
+  return d.eval_mask_rate
 
 
 def _mask_fields(config, rate: float) -> dict:

@@ -139,7 +139,7 @@ def _open(config, workdir: str, process_index: int, process_count: int) -> Pretr
   splits = {split: PreparedSplit(s['dir'], s['instances_dir'], manifest[f'{split}_instances'],
                                  split, static=(split == 'eval' or not d.dynamic_masking),
                                  packed_length=packed_length,
-                                 read_concurrency=int(d.get('read_concurrency', 64)))
+                                 read_concurrency=int(d.read_concurrency))
             for split in ('train', 'eval')}
   logging.info('Pretraining data (sequence length %d): %s', int(d.max_seq_length), stats)
   return PretrainingData(config, tokenizer, splits['train'], splits['eval'], stats,
@@ -160,7 +160,7 @@ def first_phase_config(config):
   steps at data.first_phase_seq_length, then data.max_seq_length. Only the length (and with it
   the default max_predictions_per_seq) differs between the phases' instances."""
   d = config.data
-  length, steps = int(d.get('first_phase_seq_length', 0)), int(d.get('first_phase_steps', 0))
+  length, steps = int(d.first_phase_seq_length), int(d.first_phase_steps)
   if not length:
     return None
   if not 8 <= length < int(d.max_seq_length) or steps < 1:

@@ -3,8 +3,8 @@ the same tokens as padded ones; eval predictions restored to eval-set order."""
 
 import numpy as np
 import pytest
-from ml_collections import config_dict
 
+from encoder import config_schema
 from encoder.data.finetune import length_buckets
 from encoder.data.finetune.finetuning_data import EvalSet, FinetuningData
 from encoder.data.loader import Sampler
@@ -71,9 +71,9 @@ def test_bucket_window_must_be_positive():
 
 
 def _config(spec, batch=8, window=3):
-  c = config_dict.ConfigDict({'train': {'seed': 1, 'batch_size': batch},
-                              'data': {'prefetch': 0, 'length_buckets': spec,
-                                       'bucket_window': window}})
+  c = config_schema.finetuning_config('buckets', 'classification')
+  c.train.update({'seed': 1, 'batch_size': batch})
+  c.data.update({'prefetch': 0, 'length_buckets': spec, 'bucket_window': window})
   return c
 
 

@@ -4,7 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from ml_collections import config_dict
 
+from encoder import config_schema
 from encoder.data.pretrain import instances, packed_rows, preparation
 from encoder.data.pretrain.pretraining_data import build_pretraining_data
 from encoder.errors import ConfigError
@@ -150,8 +152,9 @@ def test_packing_that_cannot_work_is_refused_in_one_line(corpus_dir, tmp_path, f
 def test_unpacked_preparations_keep_their_folder_names(corpus_dir, tmp_path):
   """packing joins the instance settings only when set, so caches made before it stay valid."""
   plain = preparation.settings(make_config(corpus_dir, tmp_path), str(tmp_path / 'r'))
-  config = make_config(corpus_dir, tmp_path)
-  del config.data['packing']  # a config from before the field existed
+  old = make_config(corpus_dir, tmp_path).to_dict()
+  del old['data']['packing']  # a config.json from before the field existed, completed as read
+  config = config_dict.ConfigDict(config_schema.complete(old))
   assert preparation.settings(config, str(tmp_path / 'r'))['instances_dir'] == \
       plain['instances_dir']
   assert 'packing' not in plain['instances']
