@@ -14,6 +14,7 @@ import logging
 import time
 
 import jax
+import numpy as np
 
 from encoder import store_retry
 from encoder.tasks.task_inputs import batch_examples
@@ -24,6 +25,7 @@ from encoder.train.optim import learning_rate_schedule
 from encoder.train.run_setup import RunSetup
 
 log = logging.getLogger('encoder')
+WINDOW_KEY = 'log_window'  # the open log window, beside the loader's position
 
 
 @dataclasses.dataclass
@@ -31,27 +33,64 @@ class LogWindow:
   """The steps since the last train record: their metric sums (still on the devices), and what
   the host reads off its batches (real and computed tokens: the packing efficiency; examples:
   a packed step's count varies; seconds waited for a batch: input-bound or not), so nothing
-  waits for a device until the record is written."""
+  waits for a device until the record is written.
+
+  A run stopped between two records saves its open window with the checkpoint (`state`), and
+  the resumed run starts from it (`resumed`), so the next record covers the same steps as an
+  uninterrupted run's, with the same sums bit for bit: the saved sums re-enter the host's
+  left-to-right sum as its first term. Examples and waits stay this run's own: they are rates
+  over the time since the run (re)started."""
   sums: list = dataclasses.field(default_factory=list)
   real_tokens: int = 0
   computed_tokens: int = 0
   examples: int = 0
   data_wait: float = 0.0
   skipped: int = 0  # steps skipped as non-finite (train.skip_nonfinite): they add zeros
+  steps: int = 0  # steps in the window, those before a resume included
+  carried: dict | None = None  # the host sums of the steps before a resume
 
   def add(self, batch: dict, sums: dict, waited: float) -> None:
     self.sums.append(sums)
+    self.steps += 1
     self.real_tokens += int(batch['input_mask'].sum())
     self.computed_tokens += batch['input_mask'].size
     self.examples += batch_examples(batch)
     self.data_wait += waited
 
+  def _all_sums(self) -> list:
+    """The per-step sums, led by the carried ones shaped like a step's (what `sum_metrics`
+    reads: under pmap, one row per device)."""
+    if self.carried is None:
+      return self.sums
+    first = jax.tree.map(lambda x, c: np.broadcast_to(np.asarray(c, x.dtype), x.shape),
+                         self.sums[0], self.carried)
+    return [first, *self.sums]
+
+  def state(self, strategy) -> dict | None:
+    """The open window as JSON for the checkpoint (None when empty: a save right after a
+    record adds nothing). The sums are added up here on the host, as `record` would."""
+    if not self.steps:
+      return None
+    sums = self.carried
+    if self.sums:
+      sums = jax.tree.map(lambda x: np.asarray(x).tolist(), strategy.sum_metrics(self._all_sums()))
+    return {'steps': self.steps, 'sums': sums, 'real_tokens': self.real_tokens,
+            'computed_tokens': self.computed_tokens, 'skipped': self.skipped}
+
+  @classmethod
+  def resumed(cls, state: dict | None) -> LogWindow:
+    """The window a checkpoint saved (`state`), or an empty one."""
+    if not state:
+      return cls()
+    return cls(real_tokens=state['real_tokens'], computed_tokens=state['computed_tokens'],
+               skipped=state['skipped'], steps=state['steps'], carried=state['sums'])
+
   def record(self, run: RunSetup, step: int, progress: Progress, schedule
              ) -> tuple[dict, dict]:
     """The train record (fetching the sums from the devices: the loop's one host sync) and
     what the progress bar shows of it."""
-    total = run.strategy.sum_metrics(self.sums)
-    grad_norm = total.pop('grad_norm') / max(len(self.sums) - self.skipped, 1)
+    total = run.strategy.sum_metrics(self._all_sums())
+    grad_norm = total.pop('grad_norm') / max(self.steps - self.skipped, 1)
     metrics = run.task.reduce_metrics(total)
     metrics['grad_norm'] = float(grad_norm)
     if run.config.train.skip_nonfinite:
@@ -84,7 +123,7 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   monitor, retries = faults.NonfiniteMonitor(bool(t.skip_nonfinite)), \
       RetryReport(progress, retried_before)
   schedule = learning_rate_schedule(t)
-  window, lengths, eval_metrics, failure = LogWindow(), set(), {}, None
+  window, lengths, eval_metrics, failure = LogWindow.resumed(_open_window(run)), set(), {}, None
   state, step = run.state, run.start_step
   try:
     while step < t.num_steps:
@@ -122,8 +161,9 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
       improved = evaluated and best.improves(eval_metrics)
       if step % t.checkpoint_every == 0 or last or stopping or improved:
-        run.checkpointer.save(step, strategy.to_checkpoint(state), train_iter.state(),
-                              force=True, metrics=best.checkpoint_metrics(eval_metrics)
+        run.checkpointer.save(step, strategy.to_checkpoint(state),
+                              _position(train_iter, window, strategy), force=True,
+                              metrics=best.checkpoint_metrics(eval_metrics)
                               if evaluated else None)
       if improved:
         best.mark(step, eval_metrics)
@@ -149,6 +189,18 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   if failure is not None:
     raise failure
   return eval_metrics
+
+
+def _position(train_iter, window: LogWindow, strategy) -> dict:
+  """What the checkpoint's `data` item keeps: the loader's position, and the open log window
+  when the save falls between two train records (a stop, a checkpoint_every off log_every)."""
+  position, open_window = train_iter.state(), window.state(strategy)
+  return position if open_window is None else {**position, WINDOW_KEY: open_window}
+
+
+def _open_window(run: RunSetup) -> dict | None:
+  """The log window the restored checkpoint saved (None: a fresh run, or a save at a record)."""
+  return (run.data_state or {}).get(WINDOW_KEY)
 
 
 def _note_length(batch: dict, lengths: set, step: int, progress: Progress) -> None:

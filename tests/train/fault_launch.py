@@ -53,7 +53,7 @@ def _install(kind: str, at: int, act, killing: bool) -> None:
   from orbax.checkpoint._src.path import atomicity
   from orbax.checkpoint._src.serialization import type_handlers
 
-  from encoder.train import checkpoint, metric_writer, strategy, trainer
+  from encoder.train import checkpoint, metric_writer, strategy, train_loop
 
   saving = {'step': None}
   original_save = checkpoint.Checkpointer.save
@@ -65,13 +65,13 @@ def _install(kind: str, at: int, act, killing: bool) -> None:
   checkpoint.Checkpointer.save = save
 
   count = {'n': 0}  # the global step: the resumed step, then one per train step
-  original_progress = trainer.Progress.__init__
+  original_progress = train_loop.Progress.__init__
 
   def progress(self, start, *args, **kwargs):
     count['n'] = start
     return original_progress(self, start, *args, **kwargs)
 
-  trainer.Progress.__init__ = progress
+  train_loop.Progress.__init__ = progress
   original_steps = strategy.PmapStrategy.steps
 
   def steps(self, *args, **kwargs):
@@ -102,7 +102,7 @@ def _install(kind: str, at: int, act, killing: bool) -> None:
 
   metric_writer.MetricWriter.write = write
 
-  original_eval = trainer.Evaluator.__call__
+  original_eval = train_loop.Evaluator.__call__
 
   def evaluate(self, rstate, step):
     if kind == 'eval' and step == at:
@@ -110,7 +110,7 @@ def _install(kind: str, at: int, act, killing: bool) -> None:
       act()
     return original_eval(self, rstate, step)
 
-  trainer.Evaluator.__call__ = evaluate
+  train_loop.Evaluator.__call__ = evaluate
 
   from encoder import storage
   original_upload = storage._upload
