@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import optax
 
 from encoder.data import cache
-from encoder.data.finetune import finetuning_data, packing, squad_examples, squad_features
-from encoder.errors import ConfigError, DataError
+from encoder.data.finetune import finetuning_data, squad_examples, squad_features
+from encoder.errors import DataError
 from encoder.modules.config import model_config
 from encoder.modules.task_models import MASKED_LOGIT, BertForQuestionAnswering
 from encoder.tasks import span_decoding, squad_metrics, task_inputs
@@ -136,14 +136,7 @@ def _read(config, source: str, local: bool) -> list:
 
 def datasets(config, workdir: str, process_index: int = 0, process_count: int = 1):
   """Windows of the train questions (with labels) and of every eval set (with their examples)."""
-  d = config.data
-  if packing.packing_mode(config) == 'examples':  # before anything is written
-    raise ConfigError('data.packing=examples packs classification and tagging examples; SQuAD '
-                      'windows stay one per row (use data.length_buckets): set '
-                      'data.packing=none')
-  if d.answer_start_mismatch not in squad_examples.MISMATCH_POLICIES:
-    raise ConfigError(f"data.answer_start_mismatch='{d.answer_start_mismatch}' is not one of "
-                      f"{', '.join(squad_examples.MISMATCH_POLICIES)}")
+  d = config.data  # its packing and mismatch policy were checked by resolve_config
   local, train_source, eval_sources = task_inputs.eval_sources(config)
   train = _read(config, train_source, local)
   evals = [(task_inputs.eval_set_name(i, s), _read(config, s, local))
