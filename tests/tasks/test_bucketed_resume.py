@@ -14,6 +14,7 @@ import os
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from encoder import configs
 from encoder.train.trainer import train_and_evaluate
@@ -45,6 +46,9 @@ def _saved(workdir, step):
       os.path.join(root, item))) for item in ('params', 'train')}
 
 
+# Slow (four short runs, ~75 s on 2 cores): tests/train/test_log_window.py checks the saved
+# window's sums in the default suite.
+@pytest.mark.slow
 def test_stopped_twice_between_records_resumes_to_the_uninterrupted_run(tmp_path):
   straight = _run(tmp_path / 'straight')
   _run(tmp_path / 'resumed', 'train.stop_at_step=2')
