@@ -88,8 +88,7 @@ def bert_parameter_count(layers, hidden, heads, vocab, positions=512, segments=2
 
 @pytest.mark.parametrize('size, hf_count', [
     # Golden counts of Hugging Face transformers' BertForPreTraining (an independent
-    # implementation), sum(p.numel() for p in model.parameters()) with vocab 30522, as quoted
-    # in issue #2 of this project.
+    # implementation): sum(p.numel() for p in model.parameters()) with vocab 30522.
     ('base', 110_106_428), ('large', 336_226_108), ('tiny', 4_433_468)])
 def test_parameter_count_matches_the_architecture_and_hugging_face(size, hf_count):
   layers, hidden, heads = BERT_SIZES[size]
