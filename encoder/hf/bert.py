@@ -16,7 +16,7 @@ from encoder import storage
 from encoder.configs import nested_get, nested_set
 from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
 from encoder.errors import CheckpointError
-from encoder.hf.family import Family, read_json
+from encoder.hf.family import Family, read_json, reading_fields
 
 HF_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh'}
 OUR_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_new'}
@@ -115,7 +115,7 @@ class Bert(Family):
     if not isinstance(act, str) or act not in HF_ACTIVATIONS:
       raise CheckpointError(f"hidden_act '{act}' is not supported (known: "
                             f"{', '.join(HF_ACTIVATIONS)})")
-    try:
+    with reading_fields('BERT'):
       fields = {'num_layers': int(hf['num_hidden_layers']), 'hidden_size': int(hf['hidden_size']),
                 'num_heads': int(hf['num_attention_heads']),
                 'intermediate_size': int(hf['intermediate_size']),
@@ -127,10 +127,6 @@ class Bert(Family):
                 'initializer_range': float(hf.get('initializer_range', 0.02)),
                 'dropout_rate': float(hf.get('hidden_dropout_prob', 0.1)),
                 'attention_dropout_rate': float(hf.get('attention_probs_dropout_prob', 0.1))}
-    except KeyError as e:
-      raise CheckpointError(f'the config.json lacks {e}: it is not a BERT config') from None
-    except (TypeError, ValueError, OverflowError) as e:
-      raise CheckpointError(f'the config.json has a field of the wrong type ({e})') from None
     sizes = ('num_layers', 'hidden_size', 'num_heads', 'intermediate_size', 'vocab_size',
              'max_position_embeddings', 'type_vocab_size')
     bad = next((k for k in sizes if fields[k] < 1), None)

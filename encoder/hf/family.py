@@ -10,6 +10,7 @@ written.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING
@@ -35,6 +36,18 @@ def read_json(path: str) -> dict:
   if not isinstance(value, dict):
     raise CheckpointError(f"'{path}' holds a JSON {type(value).__name__}, not an object")
   return value
+
+
+@contextlib.contextmanager
+def reading_fields(family: str):
+  """Around the reads of a config.json's fields: a missing key or a value of the wrong type
+  becomes one line naming it, as every refusal is."""
+  try:
+    yield
+  except KeyError as e:
+    raise CheckpointError(f'the config.json lacks {e}: it is not a {family} config') from None
+  except (TypeError, ValueError, OverflowError) as e:
+    raise CheckpointError(f'the config.json has a field of the wrong type ({e})') from None
 
 
 class Family(abc.ABC):

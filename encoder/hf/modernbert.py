@@ -22,7 +22,7 @@ from encoder import storage
 from encoder.configs import nested_get, nested_set
 from encoder.data.tokenizer import JsonTokenizer, load_tokenizer
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf.family import Family
+from encoder.hf.family import Family, reading_fields
 
 MODEL_TYPE = 'modernbert'
 # ModernBERT's `hidden_activation` of its gated MLP -> ours.
@@ -148,7 +148,7 @@ class ModernBert(Family):
       raise _refuse('decoder_bias', False, 'drops the MLM decoder bias our head has')
     if not hf.get('tie_word_embeddings', True):
       raise _refuse('tie_word_embeddings', False, 'unties the decoder; ours is the embeddings')
-    try:
+    with reading_fields('ModernBERT'):
       hidden, heads = int(hf['hidden_size']), int(hf['num_attention_heads'])
       num_layers = int(hf['num_hidden_layers'])
       if hf.get('head_dim') not in (None, hidden // max(heads, 1)):
@@ -172,10 +172,6 @@ class ModernBert(Family):
           # and embedding rates); inference does not see it.
           'dropout_rate': float(hf.get('mlp_dropout', 0.0)),
           'attention_dropout_rate': float(hf.get('attention_dropout', 0.0))}
-    except KeyError as e:
-      raise CheckpointError(f'the config.json lacks {e}: it is not a ModernBERT config') from None
-    except (TypeError, ValueError, OverflowError) as e:
-      raise CheckpointError(f'the config.json has a field of the wrong type ({e})') from None
     if fields['pooling'] not in ('cls', 'mean'):
       raise _refuse('classifier_pooling', fields['pooling'], "is not 'cls' or 'mean'")
     if fields['local_window'] % 2:
