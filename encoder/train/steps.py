@@ -41,7 +41,12 @@ def _sum_over_devices(tree, axis_name: str | None):
   return tree if axis_name is None else jax.lax.psum(tree, axis_name)
 
 
-def _device_rng(rng: jax.Array, axis_name: str | None) -> jax.Array:
+def _device_rng(rng: jax.Array, axis_name: str | None, one_device: bool) -> jax.Array:
+  """Each pmap device's dropout key: the step's key folded with the device index (0 for the
+  one device of `OneDeviceStrategy`, as a one-device pmap folds it); a mesh's jit draws one key
+  for the global batch."""
+  if one_device:
+    return jax.random.fold_in(rng, 0)
   return rng if axis_name is None else jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
 
 
@@ -54,11 +59,12 @@ def _split_microbatches(batch: dict, n: int) -> dict:
 
 
 def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
-               axis_name: str | None = None, skip_nonfinite: bool = False):
+               axis_name: str | None = None, skip_nonfinite: bool = False,
+               one_device: bool = False):
   """One optimizer update; returns the new state and this step's metric sums (over devices),
   with the step's non-finite flag (see `faults`: a non-finite step is skipped when asked)."""
   rng = _device_rng(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step),
-                    axis_name)
+                    axis_name, one_device)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
 
   def loss_fn(params, microbatch, dropout_rng):

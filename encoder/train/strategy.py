@@ -5,7 +5,10 @@ Both compile the same step bodies (`encoder.train.steps`); they differ only in w
 live (`encoder.train.sharding`) and in who sums over devices:
   pmap   the state is copied to every local device; each device steps on its rows of the batch
          and `psum` over the axis `batch` adds the gradients. Simple and fast while the model
-         and its optimizer state fit on one device.
+         and its optimizer state fit on one device. On a machine with one device (a laptop,
+         one GPU) the same step runs under plain `jax.jit` instead (`OneDeviceStrategy`): a
+         one-device pmap copies the donated state and all-reduces over nothing, measured at
+         6% of a MiniLM fine-tuning step on 2 CPU cores (docs/performance.md).
   mesh   `jax.jit` over a (data, fsdp, tensor) mesh; the arrays carry NamedShardings derived
          from the modules' logical axis names, and XLA inserts the collectives. With fsdp > 1
          each device keeps 1/fsdp of the parameters and optimizer state: the way to train a
@@ -42,6 +45,13 @@ def abstract_state(model, tx, dummy_batch: dict, boxed: bool = False):
   return jax.eval_shape(build)
 
 
+def host_state_like(model, tx, dummy_batch: dict):
+  """Numpy zeros of the state's shapes (the host's lazily mapped pages, nothing on a device):
+  what a checkpoint restores into before the strategy places it."""
+  return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),
+                      abstract_state(model, tx, dummy_batch))
+
+
 class PmapStrategy:
   """Data parallelism with `jax.pmap` over the local devices of each process."""
   name = 'pmap'
@@ -57,10 +67,8 @@ class PmapStrategy:
     return sharding.replicate(create_state(params, tx, seed))
 
   def checkpoint_like(self, model, tx, dummy_batch: dict):
-    """What a checkpoint restores into: numpy zeros of the state's shapes (the host's lazily
-    mapped pages, nothing on a device), replicated once restored."""
-    return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),
-                        abstract_state(model, tx, dummy_batch))
+    """What a checkpoint restores into: host zeros, replicated once restored."""
+    return host_state_like(model, tx, dummy_batch)
 
   def place_state(self, state):
     return sharding.replicate(state)
@@ -102,6 +110,53 @@ class PmapStrategy:
       from jax.experimental import multihost_utils
       host, lead = multihost_utils.process_allgather(host), 3  # [processes, devices, ...]
     return [jax.tree.map(lambda x: x.reshape((-1,) + x.shape[lead:]), h) for h in host]
+
+
+class OneDeviceStrategy:
+  """`parallel.strategy=pmap` where there is one device in all: the pmap step compiled by
+  `jax.jit`, with no device axis on the state, the batch or the metrics.
+
+  The step is the pmap step's, bit for bit: the same body, and its dropout key folded with
+  device index 0 as pmap's one device folds it (`one_device=True`), so a run started under a
+  one-device pmap resumes here with the same random stream."""
+  name = 'pmap (jit on one device)'
+  mesh_shape = None
+
+  def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
+    return sharding.per_device_batch_size(global_batch, 1, grad_accum_steps)
+
+  def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
+    if params is None:
+      params = init_params(model, dummy_batch, seed)
+    return jax.device_put(create_state(params, tx, seed))
+
+  def checkpoint_like(self, model, tx, dummy_batch: dict):
+    return host_state_like(model, tx, dummy_batch)
+
+  def place_state(self, state):
+    return jax.device_put(state)
+
+  def to_checkpoint(self, placed):
+    return jax.device_get(placed)
+
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
+    train = jax.jit(functools.partial(train_step, model=model, task=task, tx=tx,
+                                      grad_accum_steps=grad_accum_steps, one_device=True,
+                                      skip_nonfinite=skip_nonfinite), donate_argnums=(0,))
+    return train, jax.jit(functools.partial(eval_step, model=model, task=task))
+
+  def predict_step(self, model, task):
+    return jax.jit(functools.partial(predict_step, model=model, task=task))
+
+  def place_batch(self, batch: dict) -> dict:
+    return jax.device_put(batch)
+
+  def sum_metrics(self, trees: list):
+    host = jax.device_get(trees)
+    return jax.tree.map(lambda *xs: sum(np.asarray(x) for x in xs), *host)
+
+  def gather_predictions(self, outputs: list) -> list:
+    return jax.device_get(outputs)
 
 
 class MeshStrategy:
@@ -209,7 +264,7 @@ def make_strategy(parallel_config):
   """The strategy `parallel.strategy` names."""
   name = parallel_config.strategy
   if name == 'pmap':
-    return PmapStrategy()
+    return OneDeviceStrategy() if jax.device_count() == 1 else PmapStrategy()
   if name == 'mesh':
     return MeshStrategy(parallel_config)
   raise ConfigError(f"parallel.strategy={name!r}: use 'pmap' or 'mesh'")
