@@ -113,7 +113,10 @@ class SelfAttention(nn.Module):
     dropout_active = not deterministic and cfg.attention_dropout_rate > 0
     probs = None
     if return_probs or dropout_active or cfg.attention_impl == 'explicit':
-      query, key, value = qkv.transpose(2, 0, 3, 1, 4)  # [b, h, s, d] each
+      # [b, h, s, d] each, taken apart by a split rather than by unpacking: the gradient of an
+      # unpack is three pads of the [3, b, h, s, d] gradient and two adds, that of a split one
+      # concatenate (MiniLM's SST-2 step at length 32: -4 to -5%, docs/performance.md).
+      query, key, value = (t[0] for t in jnp.split(qkv.transpose(2, 0, 3, 1, 4), 3, axis=0))
       if rope is not None:
         cos, sin = (t[:, None] for t in rope)
         query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)

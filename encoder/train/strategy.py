@@ -52,6 +52,12 @@ def host_state_like(model, tx, dummy_batch: dict):
                       abstract_state(model, tx, dummy_batch))
 
 
+def sum_on_host(trees: list):
+  """Per-step trees of whole (unreplicated) arrays, fetched in one `device_get` and added up."""
+  host = jax.device_get(trees)
+  return jax.tree.map(lambda *xs: sum(np.asarray(x) for x in xs), *host)
+
+
 class PmapStrategy:
   """Data parallelism with `jax.pmap` over the local devices of each process."""
   name = 'pmap'
@@ -152,8 +158,7 @@ class OneDeviceStrategy:
     return jax.device_put(batch)
 
   def sum_metrics(self, trees: list):
-    host = jax.device_get(trees)
-    return jax.tree.map(lambda *xs: sum(np.asarray(x) for x in xs), *host)
+    return sum_on_host(trees)
 
   def gather_predictions(self, outputs: list) -> list:
     return jax.device_get(outputs)
@@ -253,8 +258,7 @@ class MeshStrategy:
     return sharding.put_batch(batch, self.batch_sharding)
 
   def sum_metrics(self, trees: list):
-    host = jax.device_get(trees)
-    return jax.tree.map(lambda *xs: sum(np.asarray(x) for x in xs), *host)
+    return sum_on_host(trees)
 
   def gather_predictions(self, outputs: list) -> list:
     return jax.device_get(outputs)
