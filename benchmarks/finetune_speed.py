@@ -18,9 +18,18 @@ count, no evaluation, logging or saving (SQuAD: ours only).
 Every bucket our run will meet is compiled first (reported as `compile_s`); then the arms run
 `--steps` steps each, alternating, for `--rounds` rounds; examples/s are the medians of the
 rounds (Hugging Face's steps are timed from step begin to step end by a callback, its first two
-per round left out as warm-up). Examples are counted as the steps held them (a packed step
+per round left out as warm-up, over at least one whole `group_by_length` mega-batch, whose
+batches come longest first: fewer steps would time its longest examples only). Every arm
+reports its real tokens per example over the timed steps (`*_tokens_per_example`: the arms saw
+the same distribution when these agree). Examples are counted as the steps held them (a packed step
 holds about, not exactly, the batch size), and every arm reports its real-token fraction (the
-non-padding share of the tokens it computed). One JSON line per task, then a table. Skips
+non-padding share of the tokens it computed). Each arm's model FLOP utilisation (`*_mfu`) is its
+useful FLOPs per second (`benchmarks.common.step_timing.model_flops` of each example at its own
+length, attention over its own tokens only: padding and the packed rows' masked-out scores do
+no useful work) over this machine's float32 GEMM ceiling: the faster of XLA's and (when
+installed) torch's [batch*64, 384] x [384, 1536] product (MiniLM's FFN), best of 10, measured
+at the start of every round (median over rounds); `*_hfu` counts the FLOPs the arm's shapes
+compute (padding and whole score matrices included). One JSON line per task, then a table. Skips
 cleanly without the data, the model, or (for the Hugging Face column) torch and transformers.
 
 Hugging Face's padding-free `DataCollatorWithFlattening` is not run: it lays a batch out as one
@@ -57,7 +66,9 @@ class Ours:
     from encoder.train.run_setup import setup_train_loop
     self.jax, self.batch_examples = jax, batch_examples
     self.real_tokens, self.computed_tokens = 0, 0
+    self.flops = Flops()
     run = setup_train_loop(run_config(exp, overrides), workdir)
+    self.model_config = run.model.config
     self.data, self.strategy, self.state, self.step_fn = (run.data, run.strategy, run.state,
                                                           run.train_step)
     # Compile every length the timed steps will meet (one step of each), then time from step 0.
@@ -83,6 +94,7 @@ class Ours:
       examples += self.batch_examples(batch)
       self.real_tokens += int(batch['input_mask'].sum())
       self.computed_tokens += batch['input_mask'].size
+      self.flops.add(self.model_config, example_lengths(batch), batch['input_mask'].shape)
       self._step(batch)
     self.jax.block_until_ready(self.metrics)
     return examples / (time.perf_counter() - start)
@@ -90,6 +102,52 @@ class Ours:
   @property
   def real_token_fraction(self) -> float:
     return self.real_tokens / max(self.computed_tokens, 1)
+
+
+def example_lengths(batch: dict) -> list[int]:
+  """The real token count of every example in a batch: per packed slot (`input_segmentation`
+  numbers an example's tokens 1, 2, ... within its row) or per row (`input_mask`)."""
+  import numpy as np
+  if 'input_segmentation' not in batch:
+    return [int(n) for n in np.asarray(batch['input_mask']).sum(axis=1) if n]
+  segments = np.asarray(batch['input_segmentation'])
+  return [int(n) for row in segments for n in np.bincount(row)[1:] if n]
+
+
+class Flops:
+  """Useful (each example at its own length) and computed (the batch's shape) training FLOPs of
+  the steps an arm ran, per example, by `model_flops` (6 N T + the attention's 12 d T K)."""
+
+  def __init__(self):
+    self.examples, self.useful, self.computed = 0, 0.0, 0.0
+
+  def add(self, model_config, lengths: list[int], shape: tuple[int, int]):
+    from benchmarks.common.step_timing import model_flops
+    self.examples += len(lengths)
+    self.useful += sum(model_flops(model_config, 1, n, 0) for n in lengths)
+    self.computed += model_flops(model_config, shape[0], shape[1], 0)
+
+  def per_example(self) -> tuple[float, float]:
+    """(useful, computed) FLOPs per example."""
+    n = max(self.examples, 1)
+    return self.useful / n, self.computed / n
+
+
+def gemm_ceiling(m: int, k: int, n: int, torch_too: bool) -> float:
+  """FLOP/s of the faster float32 [m, k] x [k, n] product on this machine: XLA's (the model's
+  own jitted matmul) and, when installed, torch's (oneDNN/MKL), each the best of 10."""
+  from benchmarks.common.step_timing import Ceiling
+  best = Ceiling(m, k, n, 'float32').measure(repeats=10)
+  if torch_too:
+    import torch
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    times = []
+    for _ in range(10):
+      start = time.perf_counter()
+      torch.mm(a, b)
+      times.append(time.perf_counter() - start)
+    best = max(best, 2 * m * k * n / min(times))
+  return best
 
 
 class Theirs:
@@ -127,10 +185,20 @@ class Theirs:
       model = transformers.AutoModelForTokenClassification.from_pretrained(
           model_dir, num_labels=len(names))
       collator = transformers.DataCollatorForTokenClassification(tok)
-    self.transformers, self.model, self.collator = transformers, model, _Counting(collator)
+    self.transformers, self.model = transformers, model
+    self.collator = _Counting(collator, _ours_shape(model.config))
     self.batch, self.lr, self.workdir = batch, lr, workdir
 
+  def megabatch(self) -> int:
+    """Batches in one of `LengthGroupedSampler`'s mega-batches (transformers' own default)."""
+    return max(1, min(len(self.dataset) // (self.batch * 4), 50))
+
   def run(self, steps: int) -> float:
+    """Examples per second over at least `steps` steps, and over whole mega-batches: the
+    sampler sorts each mega-batch by length, longest first, so the first steps of a run hold
+    its longest examples (SST-2: 33 tokens against the data's 13.5); timing fewer steps than a
+    mega-batch would time unrepresentative batches. Two untimed warm-up steps go first."""
+    timed = max(steps, self.megabatch())
     times = []
     clock = _StepClock(times)
     import inspect
@@ -139,31 +207,49 @@ class Theirs:
                else {'train_sampling_strategy': 'group_by_length'})
     args = self.transformers.TrainingArguments(
         output_dir=self.workdir, per_device_train_batch_size=self.batch, learning_rate=self.lr,
-        max_steps=steps + 2, logging_strategy='no', save_strategy='no', eval_strategy='no',
+        max_steps=timed + 2, logging_strategy='no', save_strategy='no', eval_strategy='no',
         report_to=[], disable_tqdm=True, use_cpu=True, dataloader_num_workers=0,
         weight_decay=0.01, seed=0, **grouped)
     trainer = self.transformers.Trainer(model=self.model, args=args, data_collator=self.collator,
                                         train_dataset=self.dataset, callbacks=[clock])
+    self.collator.batches = []
     trainer.train()
-    return self.batch / statistics.median(times[2:])
+    self.collator.count(self.collator.batches[2:timed + 2])
+    return self.batch * timed / sum(times[2:timed + 2])
 
 
 class _Counting:
-  """A collator that also counts the real and the padded tokens of the batches it builds."""
+  """A collator that also records each batch's example lengths and shape; `count` adds the
+  timed ones to the real and padded token counts and the FLOPs."""
 
-  def __init__(self, collator):
+  def __init__(self, collator, model_config):
     self.collator, self.real_tokens, self.computed_tokens = collator, 0, 0
+    self.model_config, self.flops, self.batches = model_config, Flops(), []
 
   def __call__(self, features):
     batch = self.collator(features)
     mask = batch['attention_mask']
-    self.real_tokens += int(mask.sum())
-    self.computed_tokens += mask.numel()
+    self.batches.append(([int(n) for n in mask.sum(dim=1)], tuple(mask.shape)))
     return batch
+
+  def count(self, batches: list):
+    for lengths, shape in batches:
+      self.real_tokens += sum(lengths)
+      self.computed_tokens += shape[0] * shape[1]
+      self.flops.add(self.model_config, lengths, shape)
 
   @property
   def real_token_fraction(self) -> float:
     return self.real_tokens / max(self.computed_tokens, 1)
+
+
+def _ours_shape(hf_config):
+  """The fields `model_flops` reads, from a transformers BERT config."""
+  from types import SimpleNamespace
+  return SimpleNamespace(
+      hidden_size=hf_config.hidden_size, num_layers=hf_config.num_hidden_layers,
+      vocab_size=hf_config.vocab_size, intermediate_size=hf_config.intermediate_size,
+      activation='gelu', pooler='tanh', local_window=0, is_local=lambda i: False)
 
 
 def _StepClock(times: list):  # noqa: N802 - builds a TrainerCallback class lazily (torch import)
@@ -264,8 +350,9 @@ def main() -> int:
                             [*common, 'data.packing=examples'], ahead)
     if have_hf and name != 'squad':
       runs['hf'] = Theirs(name, model, train, batch, lr, max_len, os.path.join(root, f'{name}_hf'))
-    rates = {k: [] for k in runs}
+    rates, ceilings = {k: [] for k in runs}, []
     for _ in range(args.rounds):
+      ceilings.append(gemm_ceiling(batch * 64, 384, 1536, torch_too=have_hf))
       for key, run in runs.items():
         rates[key].append(run.run(args.steps))
     row = {'task': name, 'batch': batch, 'max_seq_length': max_len, 'steps': args.steps,
@@ -287,6 +374,15 @@ def main() -> int:
       row['hf_real_token_fraction'] = runs['hf'].collator.real_token_fraction
       if 'packed' in rates:
         row['packed_vs_hf'] = row['packed_examples_per_s'] / row['hf_examples_per_s']
+    row['ceiling_gflops'] = statistics.median(ceilings) / 1e9
+    for key, run in runs.items():
+      counter = run.collator if key == 'hf' else run
+      flops = counter.flops
+      row[f'{key}_tokens_per_example'] = counter.real_tokens / max(flops.examples, 1)
+      useful, computed = flops.per_example()
+      rate = statistics.median(rates[key])
+      row[f'{key}_mfu'] = rate * useful / statistics.median(ceilings)
+      row[f'{key}_hfu'] = rate * computed / statistics.median(ceilings)
     row['load_average'] = os.getloadavg()[0]
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
           flush=True)
@@ -301,6 +397,11 @@ def main() -> int:
                         ('bucketed', 'real_token_fraction', '.3f'),
                         ('padded', 'padded_real_token_fraction', '.3f'),
                         ('HF', 'hf_real_token_fraction', '.3f')])
+  print_table(results, [('task', 'task', '>6'), ('MFU: packed', 'packed_mfu', '6.1%'),
+                        ('bucketed', 'bucketed_mfu', '6.1%'), ('padded', 'padded_mfu', '6.1%'),
+                        ('HF', 'hf_mfu', '6.1%'), ('HFU: packed', 'packed_hfu', '6.1%'),
+                        ('bucketed', 'bucketed_hfu', '6.1%'), ('padded', 'padded_hfu', '6.1%'),
+                        ('HF', 'hf_hfu', '6.1%'), ('ceiling GFLOP/s', 'ceiling_gflops', '.0f')])
   return 0
 
 

@@ -177,3 +177,28 @@ def test_model_flops_count_the_models_own_kernels_and_the_local_band(size):
   assert attention == pytest.approx(want)
   # A band as wide as the row is the whole row; a narrower one averages fewer keys.
   assert keys_per_query(seq, 2 * seq) == seq and keys_per_query(seq, 64) < 65
+
+
+def test_finetune_speed_counts_each_example_at_its_own_length():
+  """MFU counts useful work: a packed row's examples by their `input_segmentation` slots, a
+  padded row by its mask; the computed FLOPs are the batch's whole shape."""
+  from types import SimpleNamespace
+
+  import numpy as np
+  speed = _script('finetune_speed')
+  packed = {'input_mask': np.array([[1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]]),
+            'input_segmentation': np.array([[1, 1, 1, 2, 2, 0], [1, 1, 0, 0, 0, 0]])}
+  assert speed.example_lengths(packed) == [3, 2, 2]
+  padded = {'input_mask': np.array([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])}
+  assert speed.example_lengths(padded) == [3, 1]  # an empty filler row is no example
+  cfg = SimpleNamespace(hidden_size=4, num_layers=2, vocab_size=10, intermediate_size=8,
+                        activation='gelu', pooler='none', local_window=0,
+                        is_local=lambda i: False)
+  flops = speed.Flops()
+  flops.add(cfg, [3, 2, 2], (2, 6))
+  # By hand: N = 2 layers x (4 d^2 + 2 d ffn) = 2 x (64 + 64) = 256 matmul parameters;
+  # an example of t tokens costs 6 N t + 12 d t (layers x t) = 1536 t + 96 t^2.
+  per = {t: 1536 * t + 96 * t * t for t in (2, 3, 6)}
+  useful, computed = flops.per_example()
+  assert useful == (per[3] + 2 * per[2]) / 3
+  assert computed == 2 * per[6] / 3

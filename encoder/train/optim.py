@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from encoder.errors import ConfigError
+from encoder.train.clipped_adamw import clipped_adamw
 from encoder.train.stable_adamw import scale_by_stable_adam
 
 NO_DECAY_LEAVES = ('bias', 'scale', 'output_bias')  # biases and LayerNorm: BERT leaves them be
@@ -93,6 +94,8 @@ def make_optimizer(train) -> optax.GradientTransformation:
   else:
     raise ConfigError(f"train.optimizer='{train.optimizer}' is not one of "
                       f"{', '.join(OPTIMIZERS)}")
+  if train.clip_norm and train.optimizer == 'adamw':  # the same chain, one pass per tensor
+    return clipped_adamw(schedule, clip_norm=train.clip_norm, **kwargs)
   if train.clip_norm:
     return optax.chain(optax.clip_by_global_norm(train.clip_norm), opt)
   return opt
