@@ -188,6 +188,9 @@ def train_section() -> config_dict.ConfigDict:
   # A NaN/inf loss or gradient norm stops the run (exit 2, the last good checkpoint kept);
   # true skips such steps instead (no update) and counts them in train metrics `skipped_steps`.
   t.skip_nonfinite = False
+  # JAX's persistent compilation cache (train/xla_cache.py): auto (~/.cache/encoder/jax, or
+  # $XDG_CACHE_HOME/encoder/jax), none, or a local folder; JAX_COMPILATION_CACHE_DIR wins.
+  t.compile_cache = 'auto'
   return t
 
 

@@ -16,36 +16,24 @@ import logging
 import os
 
 from encoder import storage
+from encoder.train import xla_cache
 
 log = logging.getLogger('encoder')
-ENV = 'JAX_COMPILATION_CACHE_DIR'
+ENV = xla_cache.ENV
 FOLDER = 'compile_cache'
 
 
 @contextlib.contextmanager
 def shared(suite_dir: str, enabled: bool = True):
   """While the suite runs, this process and the workers it starts cache compiled programs in
-  SUITE_DIR/compile_cache (or the cache already set; none for a suite in a bucket, or when not
+  SUITE_DIR/compile_cache (or the cache the user set; none for a suite in a bucket, or when not
   `enabled`: suite.compile_cache=false); yields the cache in use ('' for none). The process's
   own setting comes back afterwards."""
-  import jax
-  from jax.experimental.compilation_cache import compilation_cache
-
-  env_before, dir_before = os.environ.get(ENV), jax.config.jax_compilation_cache_dir
-  chosen = env_before or dir_before
-  if not chosen and not storage.is_remote(suite_dir):
-    chosen = os.path.join(suite_dir, FOLDER)
-  if not (enabled and chosen):
+  if not enabled:
     yield ''
     return
-  os.environ[ENV] = chosen  # inherited by suite.parallel's worker processes
-  jax.config.update('jax_compilation_cache_dir', chosen)
-  compilation_cache.reset_cache()  # JAX decides once per process whether it caches
-  log.info('suite: compiled steps are cached in %s', chosen)
-  try:
+  folder = '' if storage.is_remote(suite_dir) else os.path.join(suite_dir, FOLDER)
+  with xla_cache.cache_compiles(folder) as chosen:
+    if chosen:
+      log.info('suite: compiled steps are cached in %s', chosen)
     yield chosen
-  finally:
-    if env_before is None:
-      os.environ.pop(ENV, None)
-    jax.config.update('jax_compilation_cache_dir', dir_before)
-    compilation_cache.reset_cache()

@@ -30,6 +30,7 @@ from encoder.checkpoint_files import decay_source, find_run_directory, resolve_c
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS, checked
 from encoder.tasks import TASKS
+from encoder.train import xla_cache
 
 log = logging.getLogger('encoder')
 
@@ -109,6 +110,7 @@ def check(config) -> None:
   if m.position_embedding == 'learned' and d.max_seq_length > m.max_position_embeddings:
     raise ConfigError(f'data.max_seq_length={d.max_seq_length} exceeds the learned position '
                       f'table (model.max_position_embeddings={m.max_position_embeddings})')
+  xla_cache.run_cache_dir(config.train.compile_cache)
   if config.task == 'pretraining':
     _check_pretraining(config)
   else:

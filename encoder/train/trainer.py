@@ -12,7 +12,7 @@ import signal
 
 from encoder import config_schema, configs, storage, store_retry
 from encoder.errors import ConfigError
-from encoder.train import distributed, workdir_lock
+from encoder.train import distributed, workdir_lock, xla_cache
 from encoder.train import resolve as resolve_lib
 from encoder.train.run_setup import setup_train_loop
 from encoder.train.train_loop import run_loop
@@ -103,11 +103,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def _train(config, workdir: str, stop: _StopRequest) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
   retried_before = store_retry.counts()  # this run's retries are counted from here
-  run = setup_train_loop(config, workdir)
-  t = run.config.train
-  log.info('%s parameters; %d steps', f'{run.num_params:,}', t.num_steps)
-  log.info('%s', distributed.describe_layout(t.batch_size, run.strategy.name,
-                                             run.strategy.mesh_shape))
-  for split, stats in run.data.stats.items():
-    log.info('data %s: %s', split, stats)
-  return run_loop(run, workdir, stop, retried_before)
+  with xla_cache.cache_compiles(xla_cache.run_cache_dir(config.train.compile_cache)) as cache:
+    run = setup_train_loop(config, workdir)
+    t = run.config.train
+    log.info('%s parameters; %d steps; compiled programs cached in %s', f'{run.num_params:,}',
+             t.num_steps, cache or 'none (train.compile_cache)')
+    log.info('%s', distributed.describe_layout(t.batch_size, run.strategy.name,
+                                               run.strategy.mesh_shape))
+    for split, stats in run.data.stats.items():
+      log.info('data %s: %s', split, stats)
+    return run_loop(run, workdir, stop, retried_before)
