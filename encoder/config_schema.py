@@ -210,6 +210,18 @@ def parallel_section() -> config_dict.ConfigDict:
   return p
 
 
+def embed_section() -> config_dict.ConfigDict:
+  """How `encoder.load(run).embed(texts)` makes one vector per text by default: a
+  sentence-transformers import (`python -m encoder.convert --from-hf`) sets the model's own."""
+  e = config_dict.ConfigDict()
+  e.pooling = 'mean'  # mean (over real tokens) | cls | last (the last real token)
+  e.normalize = False  # unit-length vectors (cosine similarity = dot product)
+  e.max_seq_length = 0  # tokens per text; 0: the model's position table
+  # --to-hf also writes the sentence-transformers modules (modules.json, 1_Pooling, ...)
+  e.sentence_transformers = False
+  return e
+
+
 def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   """The sections every task reads."""
   c = config_dict.ConfigDict()
@@ -222,6 +234,7 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   c.data = data_section()
   c.train = train_section()
   c.parallel = parallel_section()
+  c.embed = embed_section()
   return c
 
 

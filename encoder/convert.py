@@ -27,7 +27,7 @@ import numpy as np
 
 from encoder import config_schema, configs, orbax_s3, storage
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf import bert, modernbert
+from encoder.hf import bert, modernbert, sentence_transformers
 from encoder.hf.family import Family, read_json
 
 # In the order they are asked: the first that recognises a config.json (from_hf), or that
@@ -148,6 +148,9 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
   workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
+  embed = None
+  if sentence_transformers.is_sentence_transformers(hf_dir):
+    hf_dir, embed = sentence_transformers.read(hf_dir)
   if not storage.isfile(os.path.join(hf_dir, 'config.json')):
     raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face "
                           f'{_listed(f.name for f in FAMILIES)} directory')
@@ -174,6 +177,11 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   config.data.vocab_size = tokenizer.vocab_size
   config.data.max_seq_length = min(config.data.max_seq_length, fields['max_position_embeddings'])
   config.data.update(family.data_fields(params, tokenizer))
+  if embed is not None:
+    config.embed.update(embed)
+    notes.append(f"sentence-transformers pipeline: embed() pools by {embed['pooling']}"
+                 f"{', normalised' if embed['normalize'] else ''}, "
+                 f"{embed['max_seq_length'] or 'all'} tokens per text")
   storage.makedirs(workdir)
   tokenizer.save(os.path.join(workdir, 'tokenizer'))
   _write_params(workdir, params)
@@ -214,7 +222,11 @@ def to_hf(path: str, out: str) -> list[str]:
     save_file(tensors, weights, metadata={'format': 'pt'})
   with storage.open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(family.hf_config(cfg, model.tokenizer, architecture), f, indent=2)
-  return notes + family.write_tokenizer(model.tokenizer, out, cfg.max_position_embeddings)
+  notes += family.write_tokenizer(model.tokenizer, out, cfg.max_position_embeddings)
+  embed = model.config['embed']
+  if embed['sentence_transformers']:  # imported from one: the same pipeline goes back out
+    sentence_transformers.write(out, embed, cfg.hidden_size, cfg.max_position_embeddings)
+  return notes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,21 +151,36 @@ class Model:
     sequence, pooled = self._run(self._forward, [ids, seg, mask])
     return Encoded(sequence, pooled, ids, mask)
 
-  def embed(self, texts: Sequence[text_lib.Text] | str, pooling: str = 'mean') -> np.ndarray:
-    """One vector per text, [batch, hidden].
+  def embed(self, texts: Sequence[text_lib.Text] | str, pooling: str | None = None,
+            normalize: bool | None = None, max_length: int | None = None) -> np.ndarray:
+    """One vector per text, [batch, hidden]; by default as the config's `embed` section says
+    (an imported sentence-transformers model's own pooling, normalisation and length).
 
     `mean`: the average of sequence_output over real tokens ([CLS] and [SEP] included), as
     sentence-transformers models such as all-MiniLM-L6-v2 are trained to be used. `cls`: the
     [CLS] position of sequence_output (not the pooled output, whose tanh layer was trained for
-    NSP only).
+    NSP only). `last`: the last real token. `normalize`: unit length. `max_length`: tokens
+    per text (longer ones are truncated).
     """
-    if pooling not in ('mean', 'cls'):
-      raise DataError(f"pooling='{pooling}' is not one of mean, cls")
-    out = self.encode(texts)
+    settings = self.config['embed']  # load() completes the config: always there
+    pooling = settings['pooling'] if pooling is None else pooling
+    normalize = settings['normalize'] if normalize is None else normalize
+    max_length = max_length or settings['max_seq_length'] or None
+    if pooling not in ('mean', 'cls', 'last'):
+      raise DataError(f"pooling='{pooling}' is not one of mean, cls, last")
+    out = self.encode(texts, max_length=max_length)
+    mask = out.input_mask.astype(np.float32)
     if pooling == 'cls':
-      return out.sequence_output[:, 0]
-    weights = out.input_mask[..., None].astype(np.float32)
-    return (out.sequence_output * weights).sum(1) / weights.sum(1)
+      vectors = out.sequence_output[:, 0]
+    elif pooling == 'last':
+      last = np.maximum(out.input_mask.sum(1) - 1, 0)
+      vectors = out.sequence_output[np.arange(len(last)), last]
+    else:
+      vectors = (out.sequence_output * mask[..., None]).sum(1) / np.maximum(
+          mask.sum(1, keepdims=True), 1e-9)
+    if normalize:
+      vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return vectors
 
   def fill_mask(self, text: str | Sequence[str], top_k: int = 5):
     """For each [MASK] in the text, the `top_k` (token, probability) from the tied MLM head.
