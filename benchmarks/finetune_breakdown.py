@@ -8,7 +8,8 @@ and the same random token ids at each length: the forward pass (loss only), forw
 (gradients of every parameter), the optimizer update alone (AdamW with weight decay, on
 gradients computed once), and the whole train step (ours: the step `launch.py` runs, set up
 by `encoder.train.run_setup.setup_train_loop`, state donated; theirs: forward, backward,
-`clip_grad_norm_`, `AdamW(fused=True).step`, what the Trainer runs). Dropout is off on both sides so both do the same arithmetic.
+`clip_grad_norm_`, `AdamW(fused=True).step`, what the Trainer runs). Dropout is off on both
+sides so both do the same arithmetic.
 Each part is timed `--repeats` times per round, rounds alternate between the two frameworks,
 and the medians over all are printed, with the ratio ours / theirs (above 1: ours is slower).
 One JSON line per length, then a table.

@@ -1,0 +1,66 @@
+"""A loaded model (`encoder.load`) judged as an embedder: STS pairs and BEIR retrieval.
+
+Texts are embedded with the model's own `embed` settings (pooling, length, normalisation:
+config.embed), in length order so each batch is padded only to its own longest text, and put
+back in their order. Retrieval ranks by cosine similarity (MTEB's default), exactly
+(`search.top_k`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from encoder.embedding import beir, ir_metrics, search, sts
+
+MEASURES = ('ndcg@10', 'recall@100', 'mrr@10')
+
+
+def embed_in_length_order(model, texts: Sequence[str], batch: int = 128, desc: str = '',
+                          ) -> np.ndarray:
+  """`model.embed(texts)` (unit length), computed a batch of similar lengths at a time."""
+  order = np.argsort([len(t) for t in texts], kind='stable')
+  out = None
+  for start in tqdm(range(0, len(texts), batch), desc=desc or 'embedding', unit='batch',
+                    disable=not desc, leave=False):
+    chunk = order[start:start + batch]
+    vectors = model.embed([texts[i] for i in chunk])
+    if out is None:
+      out = np.empty((len(texts), vectors.shape[1]), np.float32)
+    out[chunk] = vectors
+  if out is None:
+    return np.zeros((0, model.model_config.hidden_size), np.float32)
+  return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def evaluate_sts(model, path: str) -> dict:
+  """Spearman and Pearson correlation of the pairs' cosine similarity with their scores."""
+  first, second, scores = sts.read_pairs(path)
+  similarity = sts.cosine(embed_in_length_order(model, first, desc='sts'),
+                          embed_in_length_order(model, second, desc='sts'))
+  return {'spearman': sts.spearman(similarity, scores),
+          'pearson': sts.pearson(similarity, scores), 'pairs': len(scores)}
+
+
+def retrieve(model, data: beir.Beir, k: int = 100, block: int = 4096
+             ) -> dict[str, dict[str, float]]:
+  """The run: each judged query's k most similar documents with their cosine scores."""
+  query_ids = list(data.queries)
+  queries = embed_in_length_order(model, [data.queries[q] for q in query_ids], desc='queries')
+  documents = embed_in_length_order(model, data.documents, desc='corpus')
+  blocks = (documents[i:i + block] for i in range(0, len(documents), block))
+  scores, where = search.top_k(queries, blocks, k)
+  return {q: {data.doc_ids[j]: float(s) for s, j in zip(scores[i], where[i], strict=True)
+              if j >= 0} for i, q in enumerate(query_ids)}
+
+
+def evaluate_beir(model, directory: str, split: str = 'test',
+                  measures: tuple[str, ...] = MEASURES) -> dict:
+  """nDCG@10, Recall@100 and MRR@10 of exact cosine retrieval over a BEIR folder's split."""
+  data = beir.read(directory, split)
+  k = max(int(m.partition('@')[2]) for m in measures)
+  run = retrieve(model, data, k)
+  return {**ir_metrics.evaluate(run, data.qrels, measures), 'queries': len(data.queries),
+          'documents': len(data.doc_ids)}
