@@ -32,7 +32,9 @@ class SuiteTask:
   """One task: its experiment, its files under the data folder of its `source`, its metrics."""
   name: str
   experiment: str
-  source: str  # 'glue' (suite.data_dir), 'conll' (suite.conll_dir) or 'squad' (suite.squad_dir)
+  # 'glue' (suite.data_dir), 'conll' (suite.conll_dir), 'squad' (suite.squad_dir), or 'embed'
+  # (no fine-tuning: suite.sts_file, suite.beir_dir; see embed_suite.py)
+  source: str
   train_file: str  # relative to the source's folder
   dev_file: str
   metrics: tuple[str, ...]  # the leaderboard's metrics; the task's score is their mean
@@ -43,7 +45,13 @@ class SuiteTask:
   @property
   def kind(self) -> str:
     """How its files are sliced: rows of a table, CoNLL sentences, or SQuAD paragraphs."""
-    return {'glue': 'rows', 'conll': 'sentences', 'squad': 'paragraphs'}[self.source]
+    return {'glue': 'rows', 'conll': 'sentences', 'squad': 'paragraphs',
+            'embed': 'none'}[self.source]
+
+  @property
+  def fine_tunes(self) -> bool:
+    """False for the embedding tasks, which judge an arm's encoder as it is (embed_suite.py)."""
+    return self.source != 'embed'
 
 
 def _glue(name: str, folder: str, metrics: tuple[str, ...], label: str, dev: str = 'dev.tsv',
@@ -66,11 +74,13 @@ TASKS = {t.name: t for t in (
     SuiteTask('squad', 'qa_squad', 'squad', 'train-v1.1.json', 'dev-v1.1.json',
               ('exact_match', 'f1'), Recipe(3e-5, (5e-5, 3e-5), num_epochs=2.0), 0,
               'SQuAD EM/F1'),
+    SuiteTask('sts', '', 'embed', '', '', ('spearman',), Recipe(0.0, ()), 0, 'STS Spearman'),
+    SuiteTask('beir', '', 'embed', '', '', ('ndcg@10',), Recipe(0.0, ()), 0, 'BEIR nDCG@10'),
 )}
 
 GLUE = ('cola', 'sst2', 'mrpc', 'stsb', 'qqp', 'mnli', 'qnli', 'rte')  # WNLI left out, as BERT
 SUITES = {'glue': GLUE, 'ner': ('conll2003',), 'squad': ('squad',),
-          'all': (*GLUE, 'conll2003', 'squad')}
+          'all': (*GLUE, 'conll2003', 'squad'), 'embed': ('sts', 'beir')}
 
 
 def suite_tasks(name: str, experiment=None, task_list: str = '') -> list[SuiteTask]:

@@ -36,6 +36,12 @@ def suite_config() -> config_dict.ConfigDict:
   s.scratch = True  # a baseline arm: the same architecture, randomly initialised
   s.compile_cache = True  # the runs share compiled steps (SUITE/compile_cache; compile_cache.py)
   s.keep_weights = False  # keep each fine-tuned run's checkpoints (else only its metrics)
+  # The embed suite (no fine-tuning: each arm's embed() as it is): scored pairs (a TSV with
+  # sentence1, sentence2, score) and a BEIR folder (corpus.jsonl, queries.jsonl,
+  # qrels/SPLIT.tsv); a task without its file is listed as missing.
+  s.sts_file = ''
+  s.beir_dir = ''
+  s.beir_split = 'test'
   return c
 
 

@@ -14,8 +14,17 @@ import os
 import time
 
 from encoder import storage
+from encoder.errors import ConfigError
 from encoder.suite import arms as arms_lib
-from encoder.suite import compile_cache, data_slices, options, plan, results, suite_report
+from encoder.suite import (
+  compile_cache,
+  data_slices,
+  embed_suite,
+  options,
+  plan,
+  results,
+  suite_report,
+)
 from encoder.suite.catalog import suite_tasks
 from encoder.suite.execute import run_all
 from encoder.sweep.report import write_report as write_sweep_report
@@ -41,8 +50,16 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   settings = options.build(own)
   suite = settings.suite
   tasks = suite_tasks(name, experiment, suite.tasks)
-  arms = arms_lib.find_arms(settings.init_from, suite.checkpoints, suite.scratch)
   suite_dir = storage.abspath(suite_dir or default_suite_dir(settings.init_from, name))
+  if not all(t.fine_tunes for t in tasks):
+    if any(t.fine_tunes for t in tasks):
+      raise ConfigError('the embedding tasks (sts, beir) run in a suite of their own: they '
+                        'fine-tune nothing')
+    meta = {'suite': name, 'init_from': settings.init_from, 'seeds': 1,
+            'dev_sets': 'the given files (suite.sts_file, suite.beir_dir at suite.beir_split)',
+            'budget': 'no fine-tuning: each encoder as it is', 'overrides': run_overrides}
+    return embed_suite.run_embed_suite(settings, suite_dir, meta, dry_run)
+  arms = arms_lib.find_arms(settings.init_from, suite.checkpoints, suite.scratch)
   present, missing = [], {}
   for task in tasks:
     data = data_slices.task_data(task, suite, suite_dir)

@@ -65,7 +65,8 @@ def markdown(summary: dict) -> str:
       for metric in t['official_metrics']:
         s = t['metrics'].get(metric)
         if s and s['seeds']:
-          lines.append(f"| {arm} | {task} | {metric} | {t['learning_rate']:g} | "
+          lr = '-' if t['learning_rate'] is None else f"{t['learning_rate']:g}"  # embed: none
+          lines.append(f"| {arm} | {task} | {metric} | {lr} | "
                        + ' '.join(f'{v:.4f}' for v in s['seeds'])
                        + f" | {s['median']:.4f} | {s['min']:.4f} | {s['max']:.4f} |")
   problems = [f"- `{arm}/{task}` seed {r['seed']}: {r['status']}"
