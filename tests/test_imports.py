@@ -5,7 +5,8 @@ Every import is read from the source with `ast`, those inside functions included
 alive by an import placed in a function is still a cycle). The layers, lowest first:
 
   foundation  errors, storage, configs, ... (the top-level modules everything may use)
-  modules < data < tasks < train < inference, hf, sweep < launch (and the package's `load`)
+  modules < data < tasks < train < inference, embedding, hf, sweep, suite < launch (and the
+  package's `load`)
 
 A module may import its own layer or a lower one, never a higher one. A function-local import
 of an `encoder` module is allowed only with a comment on its line or the line above saying why
@@ -26,7 +27,8 @@ PACKAGE = 'encoder'
 # Top-level modules of `encoder/` by rank; subpackages by the name after `encoder.`.
 LAYERS = {
     'foundation': 0, 'modules': 1, 'data': 2, 'tasks': 3, 'train': 4,
-    'inference': 5, 'hf': 5, 'sweep': 5, 'suite': 5, 'launch': 6, 'convert': 6, '__init__': 6,
+    'inference': 5, 'embedding': 5, 'hf': 5, 'sweep': 5, 'suite': 5, 'launch': 6, 'convert': 6,
+    '__init__': 6,
 }
 FOUNDATION = ('errors', 'storage', 'store_retry', 'configs', 'config_schema', 'orbax_s3',
               'checkpoint_files', 'describe')

@@ -49,9 +49,9 @@ def load_arm(arm: arms_lib.Arm):
   import jax
   import numpy as np
 
-  from encoder.inference import load
-  from encoder.inference.model import Model
-  from encoder.modules.transformer import Encoder
+  # lazy, all three: loading models needs JAX, which planning and --dry_run do not
+  from encoder.inference.model import Model, load  # lazy: JAX
+  from encoder.modules.transformer import Encoder  # lazy: JAX
   if arm.name != arms_lib.SCRATCH:
     return load(dict(o.split('=', 1) for o in arm.overrides)['init_from'])
   trained = load(arm.run_dir)
@@ -62,7 +62,7 @@ def load_arm(arm: arms_lib.Arm):
 
 
 def score(model, task: str, path: str, suite) -> dict:
-  from encoder.embedding import evaluate
+  from encoder.embedding import evaluate  # lazy: JAX, as in load_arm
   if task == 'sts':
     return evaluate.evaluate_sts(model, path)
   return evaluate.evaluate_beir(model, path, suite.beir_split)
