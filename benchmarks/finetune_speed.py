@@ -65,10 +65,8 @@ class Ours:
     from encoder.tasks.task_inputs import batch_examples
     from encoder.train.run_setup import setup_train_loop
     self.jax, self.batch_examples = jax, batch_examples
-    self.real_tokens, self.computed_tokens = 0, 0
-    self.flops = Flops()
     run = setup_train_loop(run_config(exp, overrides), workdir)
-    self.model_config = run.model.config
+    self.counter = Counter(run.model.config)
     self.data, self.strategy, self.state, self.step_fn = (run.data, run.strategy, run.state,
                                                           run.train_step)
     # Compile every length the timed steps will meet (one step of each), then time from step 0.
@@ -87,21 +85,18 @@ class Ours:
 
   def run(self, steps: int) -> float:
     """Examples per second over `steps` steps of the train iterator."""
-    examples = 0
+    examples, batches = 0, []
     start = time.perf_counter()
     for _ in range(steps):
       batch = next(self.iterator)
       examples += self.batch_examples(batch)
-      self.real_tokens += int(batch['input_mask'].sum())
-      self.computed_tokens += batch['input_mask'].size
-      self.flops.add(self.model_config, example_lengths(batch), batch['input_mask'].shape)
+      batches.append(batch)  # counted after the timing, so the loop does only what training does
       self._step(batch)
     self.jax.block_until_ready(self.metrics)
-    return examples / (time.perf_counter() - start)
-
-  @property
-  def real_token_fraction(self) -> float:
-    return self.real_tokens / max(self.computed_tokens, 1)
+    rate = examples / (time.perf_counter() - start)
+    for batch in batches:
+      self.counter.add(example_lengths(batch), batch['input_mask'].shape)
+    return rate
 
 
 def example_lengths(batch: dict) -> list[int]:
@@ -114,18 +109,31 @@ def example_lengths(batch: dict) -> list[int]:
   return [int(n) for row in segments for n in np.bincount(row)[1:] if n]
 
 
-class Flops:
-  """Useful (each example at its own length) and computed (the batch's shape) training FLOPs of
-  the steps an arm ran, per example, by `model_flops` (6 N T + the attention's 12 d T K)."""
+class Counter:
+  """What an arm's timed steps held: examples, real and computed tokens, and useful (each
+  example at its own length) and computed (the batch's shape) training FLOPs by `model_flops`
+  (6 N T + the attention's 12 d T K)."""
 
-  def __init__(self):
-    self.examples, self.useful, self.computed = 0, 0.0, 0.0
+  def __init__(self, model_config):
+    self.model_config = model_config
+    self.examples, self.real_tokens, self.computed_tokens = 0, 0, 0
+    self.useful, self.computed = 0.0, 0.0
 
-  def add(self, model_config, lengths: list[int], shape: tuple[int, int]):
+  def add(self, lengths: list[int], shape: tuple[int, int]):
     from benchmarks.common.step_timing import model_flops
     self.examples += len(lengths)
-    self.useful += sum(model_flops(model_config, 1, n, 0) for n in lengths)
-    self.computed += model_flops(model_config, shape[0], shape[1], 0)
+    self.real_tokens += sum(lengths)
+    self.computed_tokens += shape[0] * shape[1]
+    self.useful += sum(model_flops(self.model_config, 1, n, 0) for n in lengths)
+    self.computed += model_flops(self.model_config, shape[0], shape[1], 0)
+
+  @property
+  def real_token_fraction(self) -> float:
+    return self.real_tokens / max(self.computed_tokens, 1)
+
+  @property
+  def tokens_per_example(self) -> float:
+    return self.real_tokens / max(self.examples, 1)
 
   def per_example(self) -> tuple[float, float]:
     """(useful, computed) FLOPs per example."""
@@ -186,7 +194,7 @@ class Theirs:
           model_dir, num_labels=len(names))
       collator = transformers.DataCollatorForTokenClassification(tok)
     self.transformers, self.model = transformers, model
-    self.collator = _Counting(collator, _ours_shape(model.config))
+    self.collator, self.counter = _Counting(collator), Counter(_ours_shape(model.config))
     self.batch, self.lr, self.workdir = batch, lr, workdir
 
   def megabatch(self) -> int:
@@ -214,33 +222,23 @@ class Theirs:
                                         train_dataset=self.dataset, callbacks=[clock])
     self.collator.batches = []
     trainer.train()
-    self.collator.count(self.collator.batches[2:timed + 2])
+    for lengths, shape in self.collator.batches[2:timed + 2]:
+      self.counter.add(lengths, shape)
     return self.batch * timed / sum(times[2:timed + 2])
 
 
 class _Counting:
-  """A collator that also records each batch's example lengths and shape; `count` adds the
-  timed ones to the real and padded token counts and the FLOPs."""
+  """A collator that also records each batch's example lengths and shape (the timed ones go to
+  `Theirs.counter`)."""
 
-  def __init__(self, collator, model_config):
-    self.collator, self.real_tokens, self.computed_tokens = collator, 0, 0
-    self.model_config, self.flops, self.batches = model_config, Flops(), []
+  def __init__(self, collator):
+    self.collator, self.batches = collator, []
 
   def __call__(self, features):
     batch = self.collator(features)
     mask = batch['attention_mask']
     self.batches.append(([int(n) for n in mask.sum(dim=1)], tuple(mask.shape)))
     return batch
-
-  def count(self, batches: list):
-    for lengths, shape in batches:
-      self.real_tokens += sum(lengths)
-      self.computed_tokens += shape[0] * shape[1]
-      self.flops.add(self.model_config, lengths, shape)
-
-  @property
-  def real_token_fraction(self) -> float:
-    return self.real_tokens / max(self.computed_tokens, 1)
 
 
 def _ours_shape(hf_config):
@@ -361,25 +359,23 @@ def main() -> int:
            'buckets_compiled': runs['bucketed'].lengths,
            'compile_s': runs['bucketed'].compile_s, 'padded_compile_s': runs['padded'].compile_s}
     row['speedup_vs_padded'] = row['examples_per_s'] / row['padded_examples_per_s']
-    row['real_token_fraction'] = runs['bucketed'].real_token_fraction
-    row['padded_real_token_fraction'] = runs['padded'].real_token_fraction
+    row['real_token_fraction'] = runs['bucketed'].counter.real_token_fraction
+    row['padded_real_token_fraction'] = runs['padded'].counter.real_token_fraction
     if 'packed' in rates:
       row['packed_examples_per_s'] = statistics.median(rates['packed'])
       row['packed_vs_bucketed'] = row['packed_examples_per_s'] / row['examples_per_s']
-      row['packed_real_token_fraction'] = runs['packed'].real_token_fraction
+      row['packed_real_token_fraction'] = runs['packed'].counter.real_token_fraction
       row['packed_compile_s'] = runs['packed'].compile_s
     if 'hf' in rates:
       row['hf_examples_per_s'] = statistics.median(rates['hf'])
       row['ratio'] = row['examples_per_s'] / row['hf_examples_per_s']
-      row['hf_real_token_fraction'] = runs['hf'].collator.real_token_fraction
+      row['hf_real_token_fraction'] = runs['hf'].counter.real_token_fraction
       if 'packed' in rates:
         row['packed_vs_hf'] = row['packed_examples_per_s'] / row['hf_examples_per_s']
     row['ceiling_gflops'] = statistics.median(ceilings) / 1e9
     for key, run in runs.items():
-      counter = run.collator if key == 'hf' else run
-      flops = counter.flops
-      row[f'{key}_tokens_per_example'] = counter.real_tokens / max(flops.examples, 1)
-      useful, computed = flops.per_example()
+      row[f'{key}_tokens_per_example'] = run.counter.tokens_per_example
+      useful, computed = run.counter.per_example()
       rate = statistics.median(rates[key])
       row[f'{key}_mfu'] = rate * useful / statistics.median(ceilings)
       row[f'{key}_hfu'] = rate * computed / statistics.median(ceilings)

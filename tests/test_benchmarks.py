@@ -194,8 +194,8 @@ def test_finetune_speed_counts_each_example_at_its_own_length():
   cfg = SimpleNamespace(hidden_size=4, num_layers=2, vocab_size=10, intermediate_size=8,
                         activation='gelu', pooler='none', local_window=0,
                         is_local=lambda i: False)
-  flops = speed.Flops()
-  flops.add(cfg, [3, 2, 2], (2, 6))
+  flops = speed.Counter(cfg)
+  flops.add([3, 2, 2], (2, 6))
   # By hand: N = 2 layers x (4 d^2 + 2 d ffn) = 2 x (64 + 64) = 256 matmul parameters;
   # an example of t tokens costs 6 N t + 12 d t (layers x t) = 1536 t + 96 t^2.
   per = {t: 1536 * t + 96 * t * t for t in (2, 3, 6)}

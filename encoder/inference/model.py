@@ -60,8 +60,24 @@ class Encoded:
 
 def load(path: str) -> Model:
   """Loads a workdir (its newest checkpoint) or one checkpoint step directory; see `Model`."""
-
   workdir, _ = resolve_checkpoint(path)
+  config, tokenizer, cfg = _read_workdir(workdir)
+  _, params_dir, params = restore_newest_params(path)
+  return Model(config, params, tokenizer, cfg, path=params_dir, workdir=workdir)
+
+
+def load_untrained(workdir: str, seed: int = 0) -> Model:
+  """A workdir's model (its architecture, tokenizer and config) with freshly initialised
+  encoder weights and no checkpoint read: the evaluation suite's scratch baseline."""
+  config, tokenizer, cfg = _read_workdir(workdir)
+  ids = np.zeros((1, 8), np.int32)
+  params = Encoder(cfg).init(jax.random.key(seed), ids, ids, ids + 1)['params']
+  return Model(config, {'encoder': jax.device_get(params)}, tokenizer, cfg, path='untrained',
+               workdir=workdir)
+
+
+def _read_workdir(workdir: str):
+  """(completed config, tokenizer, model config for inference) of one of our workdirs."""
   config_path = os.path.join(workdir, 'config.json')
   if not storage.isfile(config_path):
     raise CheckpointError(f"'{workdir}' has no config.json: load() needs the workdir the "
@@ -83,8 +99,7 @@ def load(path: str) -> Model:
   # whatever the machine the checkpoint was trained on was told.
   cfg = model_config({**config['model'], 'dropout_rate': 0.0, 'attention_dropout_rate': 0.0,
                       'attention_impl': 'auto'}, vocab)
-  _, params_dir, params = restore_newest_params(path)
-  return Model(config, params, tokenizer, cfg, path=params_dir, workdir=workdir)
+  return config, tokenizer, cfg
 
 
 class Model:

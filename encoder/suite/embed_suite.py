@@ -46,19 +46,11 @@ def task_files(suite) -> tuple[dict[str, str], dict[str, str]]:
 def load_arm(arm: arms_lib.Arm):
   """The arm's encoder as `encoder.load` gives it; the scratch arm: its run's architecture,
   tokenizer and embed settings with freshly initialised weights (seed 0)."""
-  import jax
-  import numpy as np
-
-  # lazy, all three: loading models needs JAX, which planning and --dry_run do not
-  from encoder.inference.model import Model, load  # lazy: JAX
-  from encoder.modules.transformer import Encoder  # lazy: JAX
-  if arm.name != arms_lib.SCRATCH:
-    return load(dict(o.split('=', 1) for o in arm.overrides)['init_from'])
-  trained = load(arm.run_dir)
-  ids = np.zeros((1, 8), np.int32)
-  params = Encoder(trained.model_config).init(jax.random.key(0), ids, ids, ids + 1)['params']
-  return Model(trained.config, {'encoder': jax.device_get(params)}, trained.tokenizer,
-               trained.model_config, path='scratch', workdir=arm.run_dir)
+  # lazy: loading models needs JAX, which planning and --dry_run do not
+  from encoder.inference.model import load, load_untrained
+  if arm.name == arms_lib.SCRATCH:
+    return load_untrained(arm.run_dir)
+  return load(dict(o.split('=', 1) for o in arm.overrides)['init_from'])
 
 
 def score(model, task: str, path: str, suite) -> dict:

@@ -39,9 +39,15 @@ def _data(tmp_path) -> tuple[str, str]:
   return str(pairs), str(beir)
 
 
-def test_the_embed_suite_scores_every_arm_as_evaluate_does(tmp_path):
-  run = str(tmp_path / 'run')
-  from_hf(os.path.join(GOLDEN, 'tiny_bert'), run)
+@pytest.fixture
+def run(tmp_path) -> str:
+  """The tiny golden BERT, converted: the run every test judges."""
+  path = str(tmp_path / 'run')
+  from_hf(os.path.join(GOLDEN, 'tiny_bert'), path)
+  return path
+
+
+def test_the_embed_suite_scores_every_arm_as_evaluate_does(tmp_path, run):
   pairs, beir = _data(tmp_path)
   summary = run_suite('embed', [f'init_from={run}', f'suite.sts_file={pairs}',
                                 f'suite.beir_dir={beir}', 'suite.beir_split=test'],
@@ -61,9 +67,7 @@ def test_the_embed_suite_scores_every_arm_as_evaluate_does(tmp_path):
   assert 'STS Spearman' in (tmp_path / 'suite' / 'suite.md').read_text()
 
 
-def test_missing_files_are_listed_and_no_files_is_one_line(tmp_path):
-  run = str(tmp_path / 'run')
-  from_hf(os.path.join(GOLDEN, 'tiny_bert'), run)
+def test_missing_files_are_listed_and_no_files_is_one_line(tmp_path, run):
   pairs, _ = _data(tmp_path)
   summary = run_suite('embed', [f'init_from={run}', f'suite.sts_file={pairs}',
                                 f'suite.beir_dir={tmp_path}/nowhere', 'suite.scratch=false'],
@@ -76,9 +80,7 @@ def test_missing_files_are_listed_and_no_files_is_one_line(tmp_path):
     run_suite('x', [f'init_from={run}', 'suite.tasks=sst2,sts'], str(tmp_path / 'suite3'))
 
 
-def test_the_command_line_of_the_contract(tmp_path):
-  run = str(tmp_path / 'run')
-  from_hf(os.path.join(GOLDEN, 'tiny_bert'), run)
+def test_the_command_line_of_the_contract(tmp_path, run):
   pairs, beir = _data(tmp_path)
   out = subprocess.run(
       [sys.executable, 'launch.py', '--eval_suite', 'embed', '--workdir', str(tmp_path / 'd'),
