@@ -77,6 +77,7 @@ FROM_DATA = {
     'data.num_labels': 'the label set',
     'train.num_steps': 'train.num_epochs over the training examples',
     'train.warmup_steps': 'train.warmup_fraction of the run',
+    'contrastive.loss': 'the data: cosent for scored pairs, else mnrl',
 }
 
 
@@ -226,7 +227,7 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   """The sections every task reads."""
   c = config_dict.ConfigDict()
   c.experiment = experiment
-  c.task = task  # pretraining | classification | tagging | span_qa
+  c.task = task  # pretraining | classification | tagging | span_qa | contrastive
   # A run (or converted Hugging Face model) whose encoder weights this run starts from; its
   # architecture (model.*) and tokenizer come with them.
   c.init_from = ''
@@ -351,11 +352,35 @@ def span_qa(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   return c
 
 
+def contrastive(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
+  """Contrastive fine-tuning of a bi-encoder (encoder.tasks.contrastive), on a fine-tuning
+  config: sentence-transformers' defaults (scale 20, batch 32 pairs, lr 2e-5, 10% warmup),
+  one epoch, mean pooling (`embed.pooling`, inherited from an imported sentence-transformers
+  model), texts cut at 128 tokens."""
+  s = c.contrastive = config_dict.ConfigDict()
+  # mnrl (in-batch negatives, InfoNCE) | cosent (scored pairs); None: cosent when the data
+  # has a score column, else mnrl
+  s.loss = config_dict.placeholder(str)
+  s.scale = 20.0  # cosine similarity x scale: the inverse softmax temperature (20 = 0.05)
+  s.symmetric = False  # mnrl: also rank anchors for each positive (CLIP's two-way loss)
+  s.num_negatives = 1  # hard negatives kept per example (the data's negative columns)
+  s.matryoshka_dims = ''  # e.g. 256,128,64: the loss also at these leading dimensions
+  d = c.data
+  d.text_columns = ''  # '' = anchor,positive[,negative] or sentence1,sentence2 (+ score)
+  d.label_column = 'score'  # scored pairs' similarity column (cosent)
+  d.eval_splits = 'test'  # a BEIR eval folder's qrels split
+  c.train.num_epochs = 1.0
+  c.train.best_metric = 'mrr@10'  # scored pairs: spearman
+  return c
+
+
 def task_config(task: str) -> config_dict.ConfigDict:
   """The schema of a run of `task`: every field its config holds, at its default."""
   if task == 'pretraining':
     return pretraining_config('')
   c = finetuning_config('', task)
+  if task == 'contrastive':
+    return contrastive(c)
   return span_qa(c) if task == 'span_qa' else c
 
 

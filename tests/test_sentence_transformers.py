@@ -122,3 +122,28 @@ def test_embed_equals_sentence_transformers_on_all_minilm_and_after_a_round_trip
   to_hf(str(tmp_path / 'run'), str(tmp_path / 'out'))
   back = SentenceTransformer(str(tmp_path / 'out'), device='cpu').encode(texts, batch_size=32)
   np.testing.assert_allclose(back, theirs, atol=1e-6)
+
+
+def test_a_contrastive_run_keeps_the_imported_pipeline_and_exports_it(tmp_path):
+  """Fine-tuning an imported model inherits its pooling, normalisation and length (so the run
+  trains what `embed` uses), and `--to-hf` writes the sentence-transformers modules back; the
+  real client, when installed, gives the run's own vectors."""
+  from encoder import configs
+  from encoder.train.trainer import train_and_evaluate
+  from_hf(_st_dir(tmp_path, pooling='pooling_mode_mean_tokens', max_seq_length=16),
+          str(tmp_path / 'import'))
+  config = configs.load_experiment('embed_nli:smoke')
+  configs.apply_overrides(config, [f'init_from={tmp_path / "import"}', 'train.num_steps=2',
+                                   'train.eval_every=2', 'data.max_seq_length=16'])
+  train_and_evaluate(config, str(tmp_path / 'run'))
+  model = encoder.load(str(tmp_path / 'run'))
+  assert model.config['embed'] == {'pooling': 'mean', 'normalize': True, 'max_seq_length': 16,
+                                   'sentence_transformers': True}
+  before = encoder.load(str(tmp_path / 'import')).embed(TEXTS)
+  assert not np.allclose(model.embed(TEXTS), before, atol=1e-4)  # the run trained
+  to_hf(str(tmp_path / 'run'), str(tmp_path / 'out'))
+  assert st_dir.read(str(tmp_path / 'out'))[1]['pooling'] == 'mean'
+  if importlib.util.find_spec('sentence_transformers') is not None:
+    from sentence_transformers import SentenceTransformer
+    theirs = SentenceTransformer(str(tmp_path / 'out'), device='cpu').encode(TEXTS)
+    np.testing.assert_allclose(model.embed(TEXTS), theirs, atol=1e-5)

@@ -75,3 +75,48 @@ class BertForQuestionAnswering(nn.Module):
     real = batch['input_mask'] > 0
     return {'start_logits': jnp.where(real, start, MASKED_LOGIT),
             'end_logits': jnp.where(real, end, MASKED_LOGIT)}
+
+
+def pool_tokens(sequence_output: jnp.ndarray, input_mask: jnp.ndarray, pooling: str
+                ) -> jnp.ndarray:
+  """One vector per text from its tokens' outputs: `mean` over real tokens, `cls` (the first
+  token) or `last` (the last real token): sentence-transformers' pooling modes, which
+  `encoder.load(...).embed` applies too."""
+  if pooling == 'cls':
+    return sequence_output[..., 0, :]
+  if pooling == 'last':
+    last = jnp.maximum(input_mask.sum(-1) - 1, 0)
+    return jnp.take_along_axis(sequence_output, last[..., None, None], axis=-2)[..., 0, :]
+  weights = input_mask.astype(sequence_output.dtype)[..., None]
+  return (sequence_output * weights).sum(-2) / jnp.maximum(weights.sum(-2), 1e-9)
+
+
+class BertForEmbedding(nn.Module):
+  """A bi-encoder: each role's texts (`anchor`, `positive`, and `negative` [batch, k, seq])
+  through the same encoder, pooled by `pooling` over sequence_output (not the pooled output,
+  whose tanh layer served NSP): {role: [batch, hidden]} ([batch, k, hidden] for negatives).
+  Unnormalised: the loss normalises (and truncates, for Matryoshka dimensions)."""
+  config: ModelConfig
+  pooling: str = 'mean'
+
+  def setup(self):
+    self.encoder = Encoder(self.config)
+
+  def embed(self, ids: jnp.ndarray, mask: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
+    lead = ids.shape[:-1]
+    ids, mask = ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1])
+    # An absent text (a missing hard negative: no tokens) attends to its first position, so
+    # its vector is finite (the loss ignores it; a NaN would still poison the gradients).
+    mask = jnp.asarray(mask).at[:, 0].set(1)
+    out = self.encoder(input_ids=ids, segment_ids=jnp.zeros_like(ids), input_mask=mask,
+                       deterministic=deterministic)
+    pooled = pool_tokens(out.sequence_output, mask, self.pooling)
+    return pooled.reshape(*lead, pooled.shape[-1])
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = {}
+    for role in ('anchor', 'positive', 'negative'):
+      ids = batch.get(f'{role}_ids')
+      if ids is not None and ids.size:
+        out[role] = self.embed(ids, batch[f'{role}_mask'], deterministic)
+    return out

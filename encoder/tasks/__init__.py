@@ -16,7 +16,7 @@ from encoder.errors import ConfigError
 TASKS = {'pretraining': 'encoder.tasks.pretraining',
          'classification': 'encoder.tasks.classification',
          'tagging': 'encoder.tasks.tagging',
-         'span_qa': 'encoder.tasks.span_qa'}
+         'span_qa': 'encoder.tasks.span_qa', 'contrastive': 'encoder.tasks.contrastive'}
 
 
 class Task(Protocol):
@@ -59,6 +59,11 @@ class Task(Protocol):
   def reduce_metrics(self, sums: dict) -> dict:
     """Metric sums (over steps and devices) -> the reported values."""
 
+  # True where an example's loss depends on the other examples of the global batch (in-batch
+  # negatives): the steps then pass `loss_and_metrics` the pmap axis (`axis_name=`) to gather
+  # over, and accumulate microbatches by caching their outputs (GradCache), so the loss is the
+  # whole batch's however it is split (encoder.train.steps).
+  couples_examples: bool
   # Corpora prepared ahead of training (pretraining): run by every process before the data is
   # built, outside any barrier, since process 0 may take hours while the others wait for it.
   prepare_data: Callable[[Any, str, int], None] | None
@@ -71,9 +76,11 @@ MEMBERS = tuple(name for name in (*vars(Task), *Task.__annotations__)
                 if not name.startswith('_'))
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str, config=None) -> Task:
   """The task module `name`; ConfigError for an unknown name, TypeError for a module that
-  lacks a member of the protocol (set optional ones to None)."""
+  lacks a member of the protocol (set optional ones to None). Given the run's `config`, a
+  module with a `bind(config)` (a loss with settings of its own: contrastive) returns the task
+  bound to them."""
   if name not in TASKS:
     raise ConfigError(f"unknown task '{name}' (known: {', '.join(sorted(TASKS))})")
   module = importlib.import_module(TASKS[name])
@@ -81,4 +88,5 @@ def get_task(name: str) -> Task:
   if missing:
     raise TypeError(f'{TASKS[name]} does not follow encoder.tasks.Task: no '
                     f'{", ".join(missing)}')
-  return module
+  bind = getattr(module, 'bind', None)
+  return bind(config) if bind is not None and config is not None else module

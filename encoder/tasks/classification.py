@@ -176,3 +176,6 @@ write_predictions = None  # the evaluator's JSONL predictions are all there is
 
 
 prepare_data = None  # local files and TFDS splits need no preparation
+
+
+couples_examples = False  # each example's loss is its own

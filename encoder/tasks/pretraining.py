@@ -176,3 +176,6 @@ def resolved_fields(config, data) -> dict:
 
 # No per-example predictions: every pretraining metric is a sum the eval step returns.
 predict = evaluate = write_predictions = None
+
+
+couples_examples = False  # each example's loss is its own

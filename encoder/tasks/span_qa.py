@@ -170,3 +170,6 @@ def resolved_fields(config, data) -> dict:
 
 
 prepare_data = None  # local files and TFDS splits need no preparation
+
+
+couples_examples = False  # each example's loss is its own

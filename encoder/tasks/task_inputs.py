@@ -11,7 +11,7 @@ def batch_examples(batch: dict) -> int:
   `input_segmentation` ids of each row, numbered 1, 2, ...)."""
   segmentation = batch.get('input_segmentation')
   if segmentation is None:
-    return int(batch['input_ids'].shape[0])
+    return int(batch['weight' if 'input_ids' not in batch else 'input_ids'].shape[0])
   return int(segmentation.max(axis=-1).sum())
 
 

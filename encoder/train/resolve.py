@@ -64,7 +64,7 @@ def printable(config) -> dict:
   shown = config.to_dict()
   for key, where in config_schema.FROM_DATA.items():
     section, field = key.split('.')
-    if field not in shown[section]:
+    if field not in shown.get(section, {}):
       continue
     value = shown[section][field]
     if value is None or (key == 'train.num_steps' and value <= 0):
@@ -88,13 +88,20 @@ def origin_fields(config) -> dict[str, Any]:
   run = find_run_directory(origin)
   if run is None:
     return {}
-  saved = config_schema.read_saved(run)['model']
+  saved_config = config_schema.read_saved(run)
+  saved = saved_config['model']
   # A branch keeps what its config sets (the context phase raises model.rope_theta; a shape
   # that differs fails to restore, in one line); init_from's run dictates the whole encoder.
   keep_set = not config.init_from
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
             if saved[key] is not None and config.model[key] != saved[key]
             and not (keep_set and config.model[key] is not None)}
+  # How the origin makes sentence vectors (an imported sentence-transformers model's pooling,
+  # normalisation, length), unless this config sets a value of its own.
+  default = config_schema.embed_section()
+  for key, value in saved_config['embed'].items():
+    if key in default and config.embed[key] == default[key] and value != default[key]:
+      fields[f'embed.{key}'] = value
   tokenizer_dir = os.path.join(run, 'tokenizer')
   if not config.data.tokenizer and storage.isdir(tokenizer_dir):
     fields['data.tokenizer'] = tokenizer_dir

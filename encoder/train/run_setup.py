@@ -62,7 +62,7 @@ def setup_train_loop(config, workdir: str) -> RunSetup:
   architecture and tokenizer settled, which the data needs) in `workdir` (known to be this
   run's): the task's data, the final config written to config.json, and the state restored
   from the newest readable checkpoint, else fresh (with init_from's weights)."""
-  task = get_task(config.task)
+  task = get_task(config.task, config)
   strategy = make_strategy(config.parallel)
   # Fails early if indivisible (the resolved batch size is the same).
   strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
@@ -71,6 +71,7 @@ def setup_train_loop(config, workdir: str) -> RunSetup:
   data = distributed.main_process_first(
       lambda: task.datasets(config, workdir, jax.process_index(), jax.process_count()))
   config = resolve_lib.resolve(config, task, data)  # final: nothing changes it from here on
+  task = get_task(config.task, config)  # bound to the final settings (contrastive.loss)
   if distributed.is_main_process():
     write_config(config, workdir)
   t = config.train
@@ -97,7 +98,7 @@ def setup_steps(config, params=None) -> RunSetup:
   """The model, optimizer, fresh state (seeded by train.seed, or around the given host
   `params`) and compiled steps of a config that needs no data to resolve: for benchmarks and
   tests that step on batches of their own."""
-  task = get_task(config.task)
+  task = get_task(config.task, config)
   strategy = make_strategy(config.parallel)
   model, tx, dummy = _parts(config, task)
   state = strategy.init_state(model, tx, dummy, config.train.seed, params)

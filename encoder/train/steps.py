@@ -10,6 +10,15 @@ Gradients are summed, not averaged, over devices and accumulation microbatches: 
 loss is its share of the global mean (its loss sums divided by the global denominators:
 masked tokens, sequences), so the sum of the shares' gradients is the gradient of the global
 mean, and one device and eight give the same update for the same global batch.
+
+A task whose loss couples the examples of a batch (`task.couples_examples`: in-batch negatives)
+gets the pmap axis to gather the global batch's outputs over, and its microbatches are
+accumulated by GradCache (Gao et al., 2021) instead of by summing their gradients, which would
+shrink its negative pool to a microbatch: every microbatch's outputs are computed without
+gradients, the loss and its gradient with respect to those outputs are taken over the whole
+batch, and each microbatch's forward pass is run again to carry that gradient to the
+parameters. The update is the whole batch's (as one step would compute it) with the memory of
+one microbatch's activations, for one more forward pass.
 """
 
 from __future__ import annotations
@@ -58,6 +67,42 @@ def _split_microbatches(batch: dict, n: int) -> dict:
       lambda x: x.reshape((x.shape[0] // n, n) + x.shape[1:]).swapaxes(0, 1), batch)
 
 
+def task_loss(task, outputs: dict, batch: dict, denominators: dict, axis_name: str | None):
+  """`task.loss_and_metrics`, given the device axis when its loss gathers the global batch."""
+  if task.couples_examples:
+    return task.loss_and_metrics(outputs, batch, denominators, axis_name=axis_name)
+  return task.loss_and_metrics(outputs, batch, denominators)
+
+
+def _join_microbatches(stacked):
+  """The inverse of `_split_microbatches`: [n, rows / n, ...] back to the batch's row order."""
+  return jax.tree.map(lambda x: x.swapaxes(0, 1).reshape((-1,) + x.shape[2:]), stacked)
+
+
+def cached_grads(forward, task, params, batch: dict, rng, n: int, denominators: dict,
+                 axis_name: str | None):
+  """GradCache (see the module docstring): the gradient of the whole batch's loss, computed
+  a microbatch's activations at a time. Microbatch i's dropout key is `rng` folded with i in
+  both of its forward passes, so the second repeats the first exactly."""
+  micro = _split_microbatches(batch, n)
+  keys = jnp.arange(n)
+  outputs = _join_microbatches(jax.lax.map(
+      lambda xs: forward(params, xs[1], jax.random.fold_in(rng, xs[0])), (keys, micro)))
+  output_grads, sums = jax.grad(
+      lambda o: task_loss(task, o, batch, denominators, axis_name), has_aux=True)(outputs)
+
+  def accumulate(total, xs):
+    index, microbatch, cotangent = xs
+    _, pullback = jax.vjp(lambda p: forward(p, microbatch, jax.random.fold_in(rng, index)),
+                          params)
+    return jax.tree.map(jnp.add, total, pullback(cotangent)[0]), None
+
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  grads, _ = jax.lax.scan(accumulate, zeros,
+                          (keys, micro, _split_microbatches(output_grads, n)))
+  return grads, sums
+
+
 def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
                axis_name: str | None = None, skip_nonfinite: bool = False,
                one_device: bool = False):
@@ -67,14 +112,20 @@ def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_st
                     axis_name, one_device)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
 
+  def forward(params, microbatch, dropout_rng):
+    return model.apply({'params': params}, microbatch, deterministic=False,
+                       rngs={'dropout': dropout_rng})
+
   def loss_fn(params, microbatch, dropout_rng):
-    outputs = model.apply({'params': params}, microbatch, deterministic=False,
-                          rngs={'dropout': dropout_rng})
-    return task.loss_and_metrics(outputs, microbatch, denominators)
+    return task_loss(task, forward(params, microbatch, dropout_rng), microbatch, denominators,
+                     axis_name)
 
   grad_fn = jax.grad(loss_fn, has_aux=True)
   if grad_accum_steps == 1:
     grads, sums = grad_fn(state.params, batch, rng)
+  elif task.couples_examples:
+    grads, sums = cached_grads(forward, task, state.params, batch, rng, grad_accum_steps,
+                               denominators, axis_name)
   else:
     def accumulate(carry, xs):
       index, microbatch = xs
@@ -97,7 +148,7 @@ def eval_step(params, batch: dict, *, model, task, axis_name: str | None = None)
   """Metric sums of one eval batch, over devices."""
   outputs = model.apply({'params': params}, batch, deterministic=True)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
-  _, sums = task.loss_and_metrics(outputs, batch, denominators)
+  _, sums = task_loss(task, outputs, batch, denominators, axis_name)
   return _sum_over_devices(sums, axis_name)
 
 

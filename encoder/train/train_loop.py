@@ -52,8 +52,9 @@ class LogWindow:
   def add(self, batch: dict, sums: dict, waited: float) -> None:
     self.sums.append(sums)
     self.steps += 1
-    self.real_tokens += int(batch['input_mask'].sum())
-    self.computed_tokens += batch['input_mask'].size
+    for mask in token_masks(batch):
+      self.real_tokens += int(mask.sum())
+      self.computed_tokens += mask.size
     self.examples += batch_examples(batch)
     self.data_wait += waited
 
@@ -203,11 +204,18 @@ def _open_window(run: RunSetup) -> dict | None:
   return (run.data_state or {}).get(WINDOW_KEY)
 
 
+def token_masks(batch: dict) -> list:
+  """The batch's real-token masks: `input_mask`, or one per text role (`anchor_mask`, ...:
+  contrastive batches)."""
+  return [v for k, v in sorted(batch.items()) if k == 'input_mask' or k.endswith('_mask')]
+
+
 def _note_length(batch: dict, lengths: set, step: int, progress: Progress) -> None:
   """Says when a batch brings a sequence length not seen yet: the step compiles again."""
-  length = batch['input_ids'].shape[-1]
-  if length not in lengths:
-    lengths.add(length)
+  shape = tuple(m.shape[-1] for m in token_masks(batch))
+  if shape not in lengths:
+    lengths.add(shape)
+    length = shape[0] if len(shape) == 1 else 'x'.join(map(str, shape))
     progress.write(f'step {step + 1}: compiling the train step for sequence length '
                    f'{length} ({len(lengths)} so far)')
 

@@ -110,7 +110,7 @@ def file_format(path: str, given: str = '') -> str:
   return fmt
 
 
-def _rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
+def read_rows(path: str, fmt: str) -> list[tuple[int, list | dict]]:
   """(line number, row) pairs; a row is a list of fields, or a dict for JSONL."""
   lines = _lines(path)
   if fmt == 'jsonl':
@@ -159,7 +159,7 @@ def read_classification(path: str, text_columns, label_column: str, header: bool
   if len(columns) not in (1, 2):
     raise DataError(f'data.text_columns must name one or two columns, got {columns}')
   fmt = file_format(path, fmt)
-  rows = _rows(path, fmt)
+  rows = read_rows(path, fmt)
   if defaulted and fmt == 'tsv' and header:
     layout = glue_layouts.headerless_layout(glue_task, rows[0][1])
     if layout is not None:
