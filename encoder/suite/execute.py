@@ -59,6 +59,7 @@ def run_one(spec: RunSpec, keep_weights: bool = False) -> dict:
     log.error('suite: %s failed\n%s', spec.name, traceback.format_exc())
   record['wall_clock_s'] = round(previous.get('wall_clock_s', 0) + time.time() - start, 1)
   if record['status'] == 'done':
+    record['as_run'] = as_run(spec.workdir, config)
     evals = read_metrics(spec.workdir, 'eval')
     record['metrics'] = {k: v for k, v in (evals[-1] if evals else {}).items()
                          if k not in ('step', 'split')}
@@ -66,6 +67,19 @@ def run_one(spec: RunSpec, keep_weights: bool = False) -> dict:
       storage.rmtree(os.path.join(spec.workdir, 'checkpoints'), ignore_errors=True)
   write_status(spec.workdir, record)
   return record
+
+
+AS_RUN = ('learning_rate', 'batch_size', 'num_steps', 'num_epochs', 'warmup_steps')
+
+
+def as_run(workdir: str, config) -> dict:
+  """The learning rate and budget the run trained with, after every override (a user's
+  `train.learning_rate` beats the recipe's): its config.json, resolved (the steps its epochs
+  came to), else the config it was given."""
+  path = os.path.join(workdir, 'config.json')
+  train = (json.loads(storage.read_text(path))['train'] if storage.exists(path)
+           else config.train.to_dict())
+  return {k: train.get(k) for k in AS_RUN}
 
 
 def run_all(runs: list[RunSpec], parallel: int = 1, keep_weights: bool = False,

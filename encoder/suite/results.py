@@ -51,11 +51,14 @@ def task_result(task: str, by_lr: dict) -> dict:
   best = max(choices, key=lambda lr: -1e9 if choices[lr] is None else choices[lr])
   records = by_lr[best]
   done = [r for r in records if r.get('status') == 'done']
+  # As run: a user's override of the rate beats the recipe's (the grid's key).
+  ran = next((r['as_run'] for r in done if r.get('as_run')), {})
   names = sorted({k for r in done for k in r.get('metrics', {})
                   if isinstance(r['metrics'][k], int | float)})
   return {
       'official_metrics': list(TASKS[task].metrics),
-      'learning_rate': best,
+      'learning_rate': ran.get('learning_rate', best),
+      'budget': ran,
       'grid_medians': {f'{lr:g}': m for lr, m in choices.items()} if len(choices) > 1 else {},
       'score': spread([s for r in done
                        if (s := task_score(task, r.get('metrics', {}))) is not None]),

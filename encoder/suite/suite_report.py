@@ -59,14 +59,15 @@ def markdown(summary: dict) -> str:
     lines.append('| ' + ' | '.join([arm, *cells, _pct(a['glue_average']),
                                     _pct(a['average'])]) + ' |')
   lines += ['', 'Every metric, every seed:', '',
-            '| arm | task | metric | lr | seeds | median | min | max |', '|' + '---|' * 8]
+            '| arm | task | metric | lr | steps x batch | seeds | median | min | max |',
+            '|' + '---|' * 9]
   for arm, a in summary['arms'].items():
     for task, t in a['tasks'].items():
       for metric in t['official_metrics']:
         s = t['metrics'].get(metric)
         if s and s['seeds']:
           lr = '-' if t['learning_rate'] is None else f"{t['learning_rate']:g}"  # embed: none
-          lines.append(f"| {arm} | {task} | {metric} | {lr} | "
+          lines.append(f"| {arm} | {task} | {metric} | {lr} | {_steps(t.get('budget'))} | "
                        + ' '.join(f'{v:.4f}' for v in s['seeds'])
                        + f" | {s['median']:.4f} | {s['min']:.4f} | {s['max']:.4f} |")
   problems = [f"- `{arm}/{task}` seed {r['seed']}: {r['status']}"
@@ -80,6 +81,13 @@ def markdown(summary: dict) -> str:
               *(f'- {t}: {why}' for t, why in summary['missing'].items())]
   lines += ['', f"Fine-tuning wall clock, all runs: {summary['runs_wall_clock_s']:.0f} s."]
   return '\n'.join(lines) + '\n'
+
+
+def _steps(budget: dict | None) -> str:
+  """'94 x 32' (steps x batch as run), or '-' (no fine-tuning, or not run yet)."""
+  if not budget or budget.get('num_steps') is None:
+    return '-'
+  return f"{budget['num_steps']} x {budget['batch_size']}"
 
 
 def _num(value) -> str:

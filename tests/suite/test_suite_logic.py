@@ -51,7 +51,14 @@ def test_every_task_present_arm_and_seed_is_one_run_and_absent_tasks_are_listed(
 def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_path,
                                                                             fake_trainer):
   run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'num_layers': 2, 'norm': 'pre'})
-  _suite(tmp_path, 'train.learning_rate=1e-3', run=run)
+  summary = _suite(tmp_path, 'train.learning_rate=1e-3', run=run)
+  # The report states the rate and budget as run, the user's override, not the recipe's 2e-5.
+  sst2 = summary['arms']['pretrained']['tasks']['sst2']
+  assert sst2['learning_rate'] == 1e-3
+  assert sst2['budget']['num_steps'] == 3 and sst2['budget']['batch_size'] == 8
+  md = (tmp_path / 'suite' / 'suite.md').read_text()
+  assert '| pretrained | sst2 | accuracy | 0.001 | 3 x 8 |' in md and '2e-05' not in md
+  assert ',0.001,' in (tmp_path / 'suite' / 'suite.csv').read_text()
   pretrained = read_status(str(tmp_path / 'suite' / 'pretrained' / 'sst2-seed1'))['overrides']
   assert pretrained[0] == f'init_from={run}'
   assert 'train.seed=1' in pretrained and pretrained[-3:] == ['train.num_steps=3',
