@@ -61,6 +61,7 @@ def main(argv=None) -> int:
   parser.add_argument('--triplets', default=os.path.join(EMBED, 'nli', 'triplets.jsonl'))
   parser.add_argument('--sts', default=os.path.join(EMBED, 'stsb', 'train.tsv'))
   parser.add_argument('--beir', default=os.path.join(EMBED, 'scifact'))
+  # Tokens per text, in training and when judged (the tiny runs pretrain at 64).
   parser.add_argument('--max_seq_length', type=int, default=128)
   parser.add_argument('--workdir', default='')
   parser.add_argument('--no_scratch', action='store_true')
@@ -90,6 +91,7 @@ def main(argv=None) -> int:
                       f'--config.train.seed={seed}', f'--config.train.learning_rate={args.lr}',
                       f'--config.train.num_epochs={args.epochs}', '--config.train.best_metric=',
                       f'--config.data.max_seq_length={args.max_seq_length}',
+                      f'--config.embed.max_seq_length={args.max_seq_length}',
                       '--config.train.eval_every=100000', '--config.train.checkpoint_every=100000'],
                      check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
       row = {**judge(workdir, args.sts, args.beir),

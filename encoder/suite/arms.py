@@ -8,6 +8,11 @@
   a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run.
 `scratch` (`suite.scratch=true`) is the first arm's architecture and tokenizer with random
 weights: what the table would say without pretraining.
+
+A causal arm (`model.attention=causal`: the attention ablation) is pooled by the mean of its
+tokens whatever it pretrained with: its [CLS] sees only itself, so a [CLS] classifier would
+score it as scratch by construction and say nothing about the encoder. Each arm's pooling is
+in the report.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Arm:
   overrides: tuple[str, ...]
   run_dir: str
   step: int | None = None
+  pooling: str = ''  # how its sentence-level heads pool (fair_pooling)
 
 
 def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -> list[Arm]:
@@ -44,7 +50,18 @@ def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -
   arms = sweep_arms(path) if is_sweep_folder(path) else run_arms(path, checkpoints)
   if scratch:
     arms.append(scratch_arm(arms[0].run_dir))
-  return arms
+  return [fair_pooling(arm) for arm in arms]
+
+
+def fair_pooling(arm: Arm) -> Arm:
+  """The arm with its pooling stated, and set to the tokens' mean for a causal encoder."""
+  model = config_schema.read_saved(arm.run_dir)['model']
+  pooling = model.get('pooling') or 'cls'
+  if model.get('attention') != 'causal' or pooling == 'mean':
+    return dataclasses.replace(arm, pooling=pooling)
+  kept = tuple(o for o in arm.overrides if not o.startswith('model.pooling='))
+  return dataclasses.replace(arm, overrides=(*kept, 'model.pooling=mean'),
+                             pooling='mean (causal attention)')
 
 
 def is_sweep_folder(path: str) -> bool:

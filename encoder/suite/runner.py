@@ -76,7 +76,8 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
     return {}
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
           'dev_sets': _dev_text(suite, present), 'budget': _budget_text(suite, run_overrides),
-          'overrides': run_overrides, 'tasks': [t.name for t, _ in present]}
+          'overrides': run_overrides, 'tasks': [t.name for t, _ in present],
+          'pooling': {arm.name: arm.pooling for arm in arms}}
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:

@@ -52,6 +52,9 @@ def markdown(summary: dict) -> str:
            f"budget: {summary['budget']}.", '',
            'Median over seeds of each task\'s score (x100; the mean of its official metrics), '
            'min-max in brackets.', '']
+  if summary.get('pooling'):
+    lines[-1:-1] = ['Pooling of the sentence-level heads: ' + '; '.join(
+        f'{arm} {how}' for arm, how in summary['pooling'].items()) + '.']
   header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for arm, a in summary['arms'].items():

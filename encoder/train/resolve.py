@@ -33,6 +33,7 @@ from encoder.tasks import TASKS
 from encoder.train import xla_cache
 
 log = logging.getLogger('encoder')
+HEAD_FIELDS = ('pooling',)  # model fields a run from init_from may set for itself
 
 
 def resolve_config(config: config_dict.ConfigDict) -> config_dict.ConfigDict:
@@ -92,10 +93,12 @@ def origin_fields(config) -> dict[str, Any]:
   saved = saved_config['model']
   # A branch keeps what its config sets (the context phase raises model.rope_theta; a shape
   # that differs fails to restore, in one line); init_from's run dictates the whole encoder.
+  # The pooling is how a head reads the encoder, not part of its weights: a fine-tuning run
+  # may set its own (the suite pools a causal encoder by mean: its [CLS] sees only itself).
   keep_set = not config.init_from
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
             if saved[key] is not None and config.model[key] != saved[key]
-            and not (keep_set and config.model[key] is not None)}
+            and not ((keep_set or key in HEAD_FIELDS) and config.model[key] is not None)}
   # How the origin makes sentence vectors (an imported sentence-transformers model's pooling,
   # normalisation, length), unless this config sets a value of its own.
   default = config_schema.embed_section()

@@ -233,3 +233,19 @@ def test_parallel_workers_get_disjoint_shares_of_cores_and_gpus(monkeypatch):
   assert [env['CUDA_VISIBLE_DEVICES'] for env, _ in shares] == ['0,1', '2,3']
   env, cores = device_share(2, 3, {'TPU_VISIBLE_CHIPS': '0,1,2,3,4,5'})
   assert cores == [4, 5] and env['TPU_VISIBLE_CHIPS'] == '4,5'
+
+
+def test_a_causal_arm_is_pooled_by_its_mean_and_the_report_says_so(tmp_path, fake_trainer):
+  """A causal [CLS] sees only itself: the causal arm and its scratch twin pool by the mean of
+  their tokens (the last override, after the scratch arm's copied `model.pooling=cls`)."""
+  run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'attention': 'causal',
+                                          'pooling': 'cls'})
+  summary = _suite(tmp_path, run=run)
+  for arm in ('pretrained', 'scratch'):
+    overrides = read_status(str(tmp_path / 'suite' / arm / 'sst2-seed0'))['overrides']
+    assert [o for o in overrides if o.startswith('model.pooling=')] == ['model.pooling=mean']
+  assert summary['pooling'] == {'pretrained': 'mean (causal attention)',
+                                'scratch': 'mean (causal attention)'}
+  assert 'pretrained mean (causal attention)' in (tmp_path / 'suite' / 'suite.md').read_text()
+  bidirectional = fake_run(tmp_path / 'bi', model={'size': 'tiny', 'pooling': 'cls'})
+  assert _suite(tmp_path / 'b', run=bidirectional)['pooling']['pretrained'] == 'cls'

@@ -38,6 +38,10 @@ def test_init_from_dictates_the_architecture_and_tokenizer(tmp_path):
   assert final.data.tokenizer == str(run / 'tokenizer')
   config.data.tokenizer = '/my/own'
   assert resolve.resolve_config(config).data.tokenizer == '/my/own'  # a given tokenizer wins
+  # The pooling is the head's: a run may set its own (a causal encoder pooled by mean).
+  assert final.model.pooling == 'cls'
+  config.model.pooling = 'mean'
+  assert resolve.resolve_config(config).model.pooling == 'mean'
 
 
 def test_a_missing_init_from_is_refused_in_one_line(tmp_path):
