@@ -124,6 +124,8 @@ def test_embed_equals_sentence_transformers_on_all_minilm_and_after_a_round_trip
   np.testing.assert_allclose(back, theirs, atol=1e-6)
 
 
+# Slow (a training run, an export and, when installed, torch's import: ~40 s on 2 cores).
+@pytest.mark.slow
 def test_a_contrastive_run_keeps_the_imported_pipeline_and_exports_it(tmp_path):
   """Fine-tuning an imported model inherits its pooling, normalisation and length (so the run
   trains what `embed` uses), and `--to-hf` writes the sentence-transformers modules back; the

@@ -165,6 +165,8 @@ class Toy(nn.Module):
 
 
 class ToyTask:
+  couples_examples = False  # each example's loss is its own
+
   @staticmethod
   def loss_denominators(batch):
     return {'n': jnp.asarray(batch['x'].shape[0], jnp.float32)}
