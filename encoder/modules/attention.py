@@ -155,10 +155,11 @@ def _normalized_late(qkv, mask, rope, head_dim: int, dtype):
   Why: on XLA:CPU the [b, h, q, k] score tensor is the expensive part, and this form reads
   it in two fused passes (max, then exp with its sum feeding the product) instead of
   softmax's three plus a masked select: at all-MiniLM-L6-v2's shape (32 x 256 tokens, 12
-  heads) 54 ms a layer against 220-265. Its small batched products run faster in float32
-  than in bfloat16 there (a bfloat16 forward 6-16% faster), and are more exact. The values
-  differ from the training form's by rounding only (7e-7 in float32); training keeps that
-  form, whose gradient and probabilities (return_probs, dropout) this one does not give.
+  heads) 26-30 ms a layer against 148-158, its whole forward pass 20% faster
+  (docs/embeddings.md). The small batched products run as fast in float32 as in bfloat16
+  there, and more exactly. The values differ from the training form's by rounding only
+  (7e-7 in float32); training keeps that form, whose gradient and probabilities
+  (return_probs, dropout) this one does not give.
   """
   qkv = qkv.astype(jnp.float32)
   query, key, value = (t[0] for t in jnp.split(qkv.transpose(2, 0, 3, 1, 4), 3, axis=0))
