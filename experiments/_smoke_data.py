@@ -24,7 +24,8 @@ def _sentence(rng: random.Random, positive: bool) -> str:
   return f'the {rng.choice(NOUNS)} was {rng.choice(GOOD if positive else BAD)} .'
 
 
-def _write(path: str, lines: list[str]) -> str:
+def write_once(path: str, lines: list[str]) -> str:
+  """Writes `lines` to `path` unless it exists (atomically: parallel test workers share it)."""
   if not os.path.exists(path):
     tmp = f'{path}.{os.getpid()}.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
@@ -82,5 +83,5 @@ def smoke_files(kind: str, eval_sets: int = 1) -> tuple[str, str]:
     lines = _conll(rng, n) if kind == 'ner' else _rows(kind, rng, n)
     if kind in HEADERS:
       lines = [HEADERS[kind]] + lines
-    paths.append(_write(os.path.join(directory, f'{kind}_{split}.{ext}'), lines))
+    paths.append(write_once(os.path.join(directory, f'{kind}_{split}.{ext}'), lines))
   return paths[0], ','.join(paths[1:])

@@ -12,7 +12,7 @@ import os
 import random
 import tempfile
 
-from experiments._smoke_data import _write
+from experiments._smoke_data import write_once
 
 TOPICS = ['river', 'violin', 'planet', 'garden', 'engine', 'castle', 'forest', 'ocean', 'dragon',
           'bakery', 'rocket', 'island', 'tiger', 'piano', 'desert', 'glacier']
@@ -46,14 +46,14 @@ def _beir(directory: str, rng: random.Random) -> str:
   """A BEIR folder: one document per topic and word count, queries judged in train and test."""
   os.makedirs(os.path.join(directory, 'qrels'), exist_ok=True)
   docs = [(f'd{i}', topic) for i, topic in enumerate(TOPICS * 2)]
-  _write(os.path.join(directory, 'corpus.jsonl'),
+  write_once(os.path.join(directory, 'corpus.jsonl'),
          [json.dumps({'_id': d, 'title': topic, 'text': _text(rng, topic, 8)})
           for d, topic in docs])
   queries = [(f'q{i}', topic) for i, topic in enumerate(TOPICS * 4)]
-  _write(os.path.join(directory, 'queries.jsonl'),
+  write_once(os.path.join(directory, 'queries.jsonl'),
          [json.dumps({'_id': q, 'text': _text(rng, topic, 2)}) for q, topic in queries])
   for split, chosen in (('train', queries[:48]), ('test', queries[48:])):
-    _write(os.path.join(directory, 'qrels', f'{split}.tsv'),
+    write_once(os.path.join(directory, 'qrels', f'{split}.tsv'),
            ['query-id\tcorpus-id\tscore'] + [f'{q}\t{d}\t1' for q, topic in chosen
                                              for d, t in docs if t == topic][:200])
   return directory
@@ -67,7 +67,7 @@ def smoke_files(kind: str) -> tuple[str, str]:
     folder = _beir(os.path.join(directory, 'embed_beir'), random.Random('beir'))
     return folder, folder
   make, ext = (_triplets, 'jsonl') if kind == 'triplets' else (_scored, 'tsv')
-  paths = [_write(os.path.join(directory, f'embed_{kind}_{split}.{ext}'),
+  paths = [write_once(os.path.join(directory, f'embed_{kind}_{split}.{ext}'),
                   make(random.Random(f'{kind}-{split}'), n))
            for split, n in (('train', 64), ('eval', 32))]
   return paths[0], paths[1]

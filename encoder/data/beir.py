@@ -39,8 +39,7 @@ def read(directory: str, split: str) -> Beir:
   doc_ids, documents = [], []
   for record in _jsonl(os.path.join(directory, 'corpus.jsonl')):
     doc_ids.append(str(record['_id']))
-    documents.append(' '.join(p for p in (record.get('title') or '', record.get('text') or '')
-                              if p).strip())
+    documents.append(document_text(record))
   queries = {str(r['_id']): r['text'] for r in _jsonl(os.path.join(directory, 'queries.jsonl'))
              if str(r['_id']) in qrels}
   missing = sorted(set(qrels) - set(queries))
@@ -48,6 +47,11 @@ def read(directory: str, split: str) -> Beir:
     raise DataError(f"{len(missing)} judged queries are not in queries.jsonl (first: "
                     f"'{missing[0]}')")
   return Beir(doc_ids, documents, queries, qrels)
+
+
+def document_text(record: dict) -> str:
+  """`title + " " + text`, either alone when the other is empty (BEIR's convention)."""
+  return ' '.join(p for p in (record.get('title') or '', record.get('text') or '') if p).strip()
 
 
 def _jsonl(path: str) -> list[dict]:

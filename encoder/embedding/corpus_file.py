@@ -15,12 +15,8 @@ import json
 from collections.abc import Iterator
 
 from encoder import storage
+from encoder.data.beir import document_text
 from encoder.errors import DataError
-
-
-def document_text(record: dict) -> str:
-  """`title + " " + text`, either alone when the other is empty (BEIR's convention)."""
-  return ' '.join(p for p in (record.get('title') or '', record.get('text') or '') if p).strip()
 
 
 class CorpusFile:

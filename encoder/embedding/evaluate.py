@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoder.embedding import beir, ir_metrics, packed, search, sts
+from encoder.data import beir
+from encoder.embedding import ir_metrics, packed, search, sts
 
 MEASURES = ('ndcg@10', 'recall@100', 'mrr@10')
 

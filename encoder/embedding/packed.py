@@ -28,9 +28,10 @@ import numpy as np
 from encoder.data.finetune import packing
 from encoder.errors import DataError
 from encoder.inference import text as text_lib
+from encoder.modules import pooling as pooling_lib
 from encoder.modules.transformer import Encoder
 
-POOLINGS = ('mean', 'cls', 'last')
+POOLINGS = pooling_lib.POOLINGS
 DTYPES = ('float32', 'bfloat16')
 # Tokens per device step where neither batch_tokens nor rows is given. On a CPU 8 rows of 256:
 # all-MiniLM-L6-v2 on SciFact ran 1.31x faster (bfloat16 1.13x) than at 32 rows, 4 rows no
@@ -196,13 +197,8 @@ def pooled_step(params, ids, positions, segmentation, read_at, *, encoder, pooli
   mask = (segmentation > 0).astype(jnp.int32)
   out = encoder.apply({'params': params}, ids, jnp.zeros_like(ids), mask,
                       input_segmentation=segmentation, input_positions=positions)
-  x = out.sequence_output.astype(jnp.float32)
-  if pooling != 'mean':
-    return jnp.take_along_axis(x, read_at[..., None], axis=1)
-  slot_ids = jnp.arange(1, read_at.shape[-1] + 1)
-  weights = (segmentation[:, None, :] == slot_ids[None, :, None]).astype(jnp.float32)
-  summed = jnp.einsum('bes,bsm->bem', weights, x, precision=jax.lax.Precision.HIGHEST)
-  return summed / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+  return pooling_lib.pool(out.sequence_output.astype(jnp.float32), mask, pooling, segmentation,
+                          read_at)
 
 
 def embed_packed(model, texts: Sequence[str], *, pooling: str | None = None,

@@ -28,6 +28,7 @@ from encoder.inference.fine_tuned import softmax
 from encoder.inference.plot import attention_figure
 from encoder.modules.config import model_config
 from encoder.modules.heads import MlmHead
+from encoder.modules.pooling import POOLINGS, pool
 from encoder.modules.transformer import Encoder
 
 
@@ -192,18 +193,10 @@ class Model:
     pooling = settings['pooling'] if pooling is None else pooling
     normalize = settings['normalize'] if normalize is None else normalize
     max_length = max_length or settings['max_seq_length'] or None
-    if pooling not in ('mean', 'cls', 'last'):
-      raise DataError(f"pooling='{pooling}' is not one of mean, cls, last")
+    if pooling not in POOLINGS:
+      raise DataError(f"pooling='{pooling}' is not one of {', '.join(POOLINGS)}")
     out = self.encode(texts, max_length=max_length)
-    mask = out.input_mask.astype(np.float32)
-    if pooling == 'cls':
-      vectors = out.sequence_output[:, 0]
-    elif pooling == 'last':
-      last = np.maximum(out.input_mask.sum(1) - 1, 0)
-      vectors = out.sequence_output[np.arange(len(last)), last]
-    else:
-      vectors = (out.sequence_output * mask[..., None]).sum(1) / np.maximum(
-          mask.sum(1, keepdims=True), 1e-9)
+    vectors = np.asarray(pool(out.sequence_output, out.input_mask, pooling))
     if normalize:
       vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return vectors

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from encoder.modules.config import ModelConfig
 from encoder.modules.heads import ClassificationHead, SpanHead, TokenClassificationHead
+from encoder.modules.pooling import pool
 from encoder.modules.transformer import Encoder
 
 PACKING_FIELDS = ('input_segmentation', 'input_positions')
@@ -77,20 +78,6 @@ class BertForQuestionAnswering(nn.Module):
             'end_logits': jnp.where(real, end, MASKED_LOGIT)}
 
 
-def pool_tokens(sequence_output: jnp.ndarray, input_mask: jnp.ndarray, pooling: str
-                ) -> jnp.ndarray:
-  """One vector per text from its tokens' outputs: `mean` over real tokens, `cls` (the first
-  token) or `last` (the last real token): sentence-transformers' pooling modes, which
-  `encoder.load(...).embed` applies too."""
-  if pooling == 'cls':
-    return sequence_output[..., 0, :]
-  if pooling == 'last':
-    last = jnp.maximum(input_mask.sum(-1) - 1, 0)
-    return jnp.take_along_axis(sequence_output, last[..., None, None], axis=-2)[..., 0, :]
-  weights = input_mask.astype(sequence_output.dtype)[..., None]
-  return (sequence_output * weights).sum(-2) / jnp.maximum(weights.sum(-2), 1e-9)
-
-
 class BertForEmbedding(nn.Module):
   """A bi-encoder: each role's texts (`anchor`, `positive`, and `negative` [batch, k, seq])
   through the same encoder, pooled by `pooling` over sequence_output (not the pooled output,
@@ -110,7 +97,7 @@ class BertForEmbedding(nn.Module):
     mask = jnp.asarray(mask).at[:, 0].set(1)
     out = self.encoder(input_ids=ids, segment_ids=jnp.zeros_like(ids), input_mask=mask,
                        deterministic=deterministic)
-    pooled = pool_tokens(out.sequence_output, mask, self.pooling)
+    pooled = pool(out.sequence_output, mask, self.pooling)
     return pooled.reshape(*lead, pooled.shape[-1])
 
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:

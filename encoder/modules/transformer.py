@@ -11,6 +11,7 @@ from encoder.modules.attention import SelfAttention, attention_mask
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
 from encoder.modules.layers import activation, dense, layer_norm
+from encoder.modules.pooling import pool
 from encoder.modules.rotary import rope_tables
 
 # Logical layouts of the activations the mesh strategy pins (no-ops elsewhere): the residual
@@ -133,7 +134,7 @@ class Encoder(nn.Module):
       all_probs.append(probs)
     if cfg.norm == 'pre':
       x = self.final_norm(x)
-    pooled = self._pool(x, input_mask, input_segmentation, pool_positions)
+    pooled = pool(x, input_mask, cfg.pooling, input_segmentation, pool_positions)
     if cfg.pooler == 'tanh':
       pooled = jnp.tanh(self.pooler(pooled))
     return EncoderOutput(sequence_output=x, pooled_output=pooled,
@@ -152,22 +153,6 @@ class Encoder(nn.Module):
       ropes = {kind: rope_tables(positions, cfg.head_dim, theta) for kind, theta in
                (('global', cfg.rope_theta), ('local', cfg.local_rope_theta))}
     return masks, ropes
-
-  def _pool(self, x, input_mask, segmentation, pool_positions) -> jax.Array:
-    """[b, m] (or [b, e, m] for packed rows): the [CLS] token's vector or the real tokens'
-    mean."""
-    if self.config.pooling == 'cls':
-      if pool_positions is None:
-        return x[:, 0]
-      return jnp.take_along_axis(x, pool_positions[..., None].astype(jnp.int32), axis=1)
-    if pool_positions is None:
-      weights = input_mask.astype(x.dtype)[:, None, :]  # [b, 1, s]
-    else:  # slot j's tokens carry segmentation id j + 1
-      slots = jnp.arange(1, pool_positions.shape[-1] + 1)
-      weights = (segmentation[:, None, :] == slots[None, :, None]).astype(x.dtype)  # [b, e, s]
-    summed = jnp.einsum('bes,bsm->bem', weights, x)
-    mean = summed / jnp.maximum(weights.sum(-1, keepdims=True), 1)
-    return mean[:, 0] if pool_positions is None else mean
 
   def word_embedding_table(self) -> jax.Array:
     """The [vocab, hidden] matrix the MLM head decodes through (weight tying)."""

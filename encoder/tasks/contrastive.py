@@ -34,7 +34,7 @@ from encoder.data.finetune import contrastive_data, file_readers, finetuning_dat
 from encoder.errors import ConfigError, DataError
 from encoder.modules.config import model_config
 from encoder.modules.task_models import BertForEmbedding
-from encoder.tasks import metrics, task_inputs
+from encoder.tasks import MEMBERS, metrics, task_inputs
 
 LOSSES = ('mnrl', 'cosent')
 POOLINGS = ('mean', 'cls', 'last')
@@ -155,7 +155,7 @@ def bind(config):
   """The task with the run's `contrastive` settings bound into its loss (a module-level task
   has no config; the step calls `loss_and_metrics(outputs, batch, denominators, axis_name)`)."""
   check(config)
-  bound = types.SimpleNamespace(**{k: globals()[k] for k in TASK_MEMBERS})
+  bound = types.SimpleNamespace(**{k: globals()[k] for k in MEMBERS})
   bound.loss_and_metrics = functools.partial(loss_and_metrics, settings=config.contrastive)
   return bound
 
@@ -294,6 +294,3 @@ def resolved_fields(config, data) -> dict:
 
 write_predictions = None
 prepare_data = None
-TASK_MEMBERS = ('build_model', 'dummy_batch', 'loss_denominators', 'loss_and_metrics',
-                'reduce_metrics', 'predict', 'evaluate', 'datasets', 'resolved_fields',
-                'write_predictions', 'prepare_data', 'couples_examples')

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from encoder.data.finetune import finetuning_data
 from encoder.data.finetune import length_buckets as buckets_lib
 from encoder.data.finetune.text_pairs import TextPair
 from encoder.data.loader import BatchIterator, Sampler, restore_step
@@ -53,25 +54,27 @@ def encode(tokenizer: Tokenizer, examples: list[TextPair], max_len: int,
 
 
 def _encode(tokenizer: Tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, ...]:
-  ids = np.full((len(texts), max_len), tokenizer.pad_id, np.int32)
-  mask = np.zeros_like(ids)
-  for i, pieces in enumerate(tokenizer.encode_batch(texts)):
-    row = [tokenizer.cls_id, *list(pieces)[:max_len - 2], tokenizer.sep_id]
-    ids[i, :len(row)], mask[i, :len(row)] = row, 1
-  return ids, mask
+  """(ids, mask) of [CLS] text [SEP] each, as the classification data encodes one text."""
+  arrays = finetuning_data.encode_texts(tokenizer, [(t,) for t in texts], max_len)
+  return arrays['input_ids'], arrays['input_mask']
+
+
+def role_lengths(arrays: Arrays) -> dict[str, np.ndarray]:
+  """Each example's longest text per role (tokens): what `cut` buckets a batch by."""
+  return {role: arrays[f'{role}_mask'].reshape(len(arrays['weight']), -1, arrays[
+      f'{role}_mask'].shape[-1]).sum(-1).max(-1, initial=0) for role in ROLES
+          if f'{role}_mask' in arrays}
 
 
 def cut(arrays: Arrays, rows: np.ndarray, buckets: tuple[int, ...] | None,
-        lengths_of: Arrays | None = None) -> Arrays:
-  """The rows' arrays with each role cut to the bucket of its longest text among
-  `lengths_of` (the global batch's arrays, so every host cuts alike; default: these rows)."""
+        longest: dict[str, int]) -> Arrays:
+  """The rows' arrays with each role cut to the bucket of `longest[role]` (its longest text
+  in the global batch, so every host cuts alike)."""
   out = {k: v[rows] for k, v in arrays.items()}
   if buckets is None:
     return out
-  ref = out if lengths_of is None else lengths_of
-  for role in (r for r in ROLES if f'{r}_mask' in out):
-    longest = int(ref[f'{role}_mask'].sum(-1).max(initial=0))
-    length = buckets_lib.bucket_of(buckets, max(longest, 1))
+  for role, tokens in longest.items():
+    length = buckets_lib.bucket_of(buckets, max(int(tokens), 1))
     for field in ('ids', 'mask'):
       out[f'{role}_{field}'] = out[f'{role}_{field}'][..., :length]
   return out
@@ -87,7 +90,7 @@ class ContrastiveData:
     self.global_batch = int(config.train.batch_size)
     self.process_index, self.process_count = process_index, process_count
     self.prefetch = int(config.data.prefetch)
-    self._train = train
+    self._train, self._lengths = train, role_lengths(train)
     self.num_train_examples = len(train['weight'])
     self.steps_per_epoch = None
     self.max_seq_length = train['anchor_ids'].shape[1]
@@ -107,15 +110,14 @@ class ContrastiveData:
 
   def train_batch(self, step: int) -> Arrays:
     rows = self._sampler.indices(step)  # the global batch: its lengths set every host's cut
-    lengths_of = {k: v[rows] for k, v in self._train.items() if k.endswith('_mask')}
-    return cut(self._train, self._per_host(rows), self.buckets, lengths_of)
+    return cut(self._train, self._per_host(rows), self.buckets, longest_in(self._lengths, rows))
 
   def eval_batches(self, num_batches: int = 0) -> list[Arrays]:
     """Every eval example once, in order, as this host's share of global batches; the last
     batch is filled with copies of the first example weighing 0."""
     merged = {k: np.concatenate([s.arrays[k] for s in self.eval_sets])
               for k in self.eval_sets[0].arrays}
-    n = len(merged['weight'])
+    lengths, n = role_lengths(merged), len(merged['weight'])
     if num_batches > 0:
       n = min(n, num_batches * self.global_batch)
     total = max(math.ceil(n / self.global_batch), 1) * self.global_batch
@@ -124,11 +126,16 @@ class ContrastiveData:
     batches = []
     for start in range(0, total, self.global_batch):
       global_rows = rows[start:start + self.global_batch]
-      lengths_of = {k: v[global_rows] for k, v in merged.items() if k.endswith('_mask')}
-      batch = cut(merged, self._per_host(global_rows), self.buckets, lengths_of)
+      batch = cut(merged, self._per_host(global_rows), self.buckets,
+                  longest_in(lengths, global_rows))
       batch['weight'] = batch['weight'] * self._per_host(real[start:start + self.global_batch])
       batches.append(batch)
     return batches
 
   def collate_predictions(self, per_batch: list[Arrays]) -> Arrays:
     return {k: np.concatenate([b[k] for b in per_batch]) for k in per_batch[0]}
+
+
+def longest_in(lengths: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, int]:
+  """Each role's longest text among `rows` (of `role_lengths`)."""
+  return {role: int(v[rows].max(initial=0)) for role, v in lengths.items()}

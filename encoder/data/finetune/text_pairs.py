@@ -8,7 +8,7 @@ Three sources, each a one-line `DataError` on bad input:
           without a header).
   BEIR    a folder (`corpus.jsonl`, `queries.jsonl`, `qrels/<data.train_split>.tsv`): each
           query paired with every document judged relevant (score > 0), `title + " " + text`
-          as `encoder.embedding.beir` embeds it for evaluation.
+          as `encoder.data.beir` joins it for evaluation too.
 """
 
 from __future__ import annotations

@@ -76,7 +76,10 @@ def test_each_role_is_cut_to_its_own_bucket_from_the_global_batch():
   arrays['anchor_mask'][5, :20] = 1  # host 1's row decides the anchors' bucket for both hosts
   arrays.update({f'{role}_ids': arrays[f'{role}_mask'] * 7 for role in ('anchor', 'positive')})
   buckets = (16, 32, 64)
-  host0 = contrastive_data.cut(arrays, np.arange(4), buckets, arrays)
+  lengths = contrastive_data.role_lengths(arrays)
+  host0 = contrastive_data.cut(arrays, np.arange(4), buckets,
+                               contrastive_data.longest_in(lengths, np.arange(8)))
   assert host0['anchor_mask'].shape == (4, 32) and host0['positive_mask'].shape == (4, 64)
-  alone = contrastive_data.cut(arrays, np.arange(4), buckets)
+  alone = contrastive_data.cut(arrays, np.arange(4), buckets,
+                               contrastive_data.longest_in(lengths, np.arange(4)))
   assert alone['anchor_mask'].shape == (4, 16)
