@@ -196,7 +196,8 @@ class Model:
     if pooling not in POOLINGS:
       raise DataError(f"pooling='{pooling}' is not one of {', '.join(POOLINGS)}")
     out = self.encode(texts, max_length=max_length)
-    vectors = np.asarray(pool(out.sequence_output, out.input_mask, pooling))
+    # A writable host array, as callers normalise in place (np.asarray of a jax.Array is not).
+    vectors = np.array(pool(out.sequence_output, out.input_mask, pooling))
     if normalize:
       vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return vectors
