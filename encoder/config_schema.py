@@ -78,6 +78,8 @@ FROM_DATA = {
     'train.num_steps': 'train.num_epochs over the training examples',
     'train.warmup_steps': 'train.warmup_fraction of the run',
     'contrastive.loss': 'the data: cosent for scored pairs, else mnrl',
+    'data.target_mean': 'the training targets, with data.standardize_targets (else unused)',
+    'data.target_std': 'the training targets, with data.standardize_targets (else unused)',
 }
 
 
@@ -304,6 +306,12 @@ def finetuning_config(experiment: str, task: str) -> config_dict.ConfigDict:
   d.label_column = 'label'
   d.labels = config_dict.placeholder(str)  # label names, comma-separated; None: from the data
   d.num_labels = config_dict.placeholder(int)  # None: len(labels); 1 = regression
+  # Regression: fit the targets in standard deviations about their training mean (the head
+  # outputs target_mean + target_std x its unit-scale value, so predictions stay in the
+  # targets' units). Off in BERT's recipe; the mean and std are recorded from the data.
+  d.standardize_targets = False
+  d.target_mean = config_dict.placeholder(float)
+  d.target_std = config_dict.placeholder(float)
   d.token_column = 0  # CoNLL: column of the word ...
   d.tag_column = config_dict.placeholder(int)  # ... and of its IOB tags; None: the last
   # Each batch is padded to the shortest of these lengths holding its longest example: auto
@@ -326,6 +334,13 @@ def finetuning_config(experiment: str, task: str) -> config_dict.ConfigDict:
   t.learning_rate = 2e-5
   t.warmup_steps = config_dict.placeholder(int)  # None: warmup_fraction of the run
   t.warmup_fraction = 0.1
+  # Layer-wise learning-rate decay (ELECTRA; DeBERTa-v3): the head at learning_rate, encoder
+  # layer i at learning_rate x layer_decay ** (num_layers - i), the embeddings lowest. 1: off,
+  # as BERT; ELECTRA used 0.8 (base) and 0.9 (large).
+  t.layer_decay = 1.0
+  # Re-initialise the encoder's top N layers and its pooler instead of taking them from
+  # init_from (Zhang et al., 2021: helps small fine-tuning sets). 0: off, as BERT.
+  t.reinit_layers = 0
   t.log_every = 50
   t.eval_every = 1000
   t.eval_batches = 0  # 0: the whole eval set (metrics need every prediction)

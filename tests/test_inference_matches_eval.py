@@ -28,7 +28,10 @@ from encoder.train.trainer import train_and_evaluate
 STEPS = 4
 EXPERIMENTS = {'classification': 'classify_sst2:smoke', 'regression': 'classify_stsb:smoke',
                'tagging': 'ner_conll2003:smoke', 'span_qa': 'qa_squad:smoke'}
-MODELS = {'bert': (), 'modern': ('model.size=modern_tiny', 'model.pooling=mean')}
+# The modern runs also standardise regression targets: the head's output scale must reach
+# inference from config.json.
+MODELS = {'bert': (), 'modern': ('model.size=modern_tiny', 'model.pooling=mean',
+                                 'data.standardize_targets=true')}
 # BERT's runs are slow-marked: its head (one dense layer on the tanh pooler) is also checked
 # against the eval records by tests/tasks/test_finetune_runs.py in the default suite, and the
 # eight runs together cost ~3 CPU minutes; the modern runs, whose head and pooling differ from
@@ -68,6 +71,8 @@ def _train(arch: str, kind: str, workdir: str) -> Run:
   if arch == 'modern':  # the head and pooling this test is about
     assert {k: saved['model'][k] for k in ('pooling', 'pooler', 'classifier_head')} == {
         'pooling': 'mean', 'pooler': 'none', 'classifier_head': 'mlp'}
+    if kind == 'regression':
+      assert saved['data']['target_std'] > 0 and saved['data']['target_std'] != 1.0
   steps = [int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit()]
   assert max(steps) == STEPS  # encoder.load reads the step the predictions are of
   with open(os.path.join(workdir, 'predictions', f'eval_step{STEPS}.jsonl')) as f:

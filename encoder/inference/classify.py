@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from encoder.inference.fine_tuned import head_size, label_names, softmax
-from encoder.modules.task_models import BertForClassification
+from encoder.modules.task_models import BertForClassification, target_scale
 
 
 def classify(model, texts: Sequence) -> list[dict]:
@@ -37,6 +37,7 @@ def classify_logits(model, texts: list) -> np.ndarray:
   """[texts, num_labels] float32 logits of texts or (a, b) pairs, as the trainer's eval step
   computes them."""
   ids, segments, mask = model.tokenize(texts, model.config['data']['max_seq_length'])
-  module = BertForClassification(model.model_config, head_size(model.params, 'classifier'))
+  module = BertForClassification(model.model_config, head_size(model.params, 'classifier'),
+                                  **target_scale(model.config['data']))
   return model.task_outputs(module, {'input_ids': ids, 'segment_ids': segments,
                                      'input_mask': mask})['logits']

@@ -30,12 +30,26 @@ def encoder_inputs(batch: dict) -> dict:
   return inputs
 
 
+def target_scale(data) -> dict:
+  """A regression head's output scale from a run's `data` section (a dict or ConfigDict):
+  the training targets' mean and standard deviation when `data.standardize_targets` recorded
+  them, else 0 and 1 (the head predicts the target itself)."""
+  mean, std = data.get('target_mean'), data.get('target_std')
+  return {'target_mean': float(mean or 0.0), 'target_std': float(std or 1.0)}
+
+
 class BertForClassification(nn.Module):
   """The pooled output (per `pooling` and `pooler`; a packed row pools each example at its
   `cls_positions`) -> the classification head: {'logits': [batch, num_labels]}, or
-  [rows, slots, num_labels] for packed rows."""
+  [rows, slots, num_labels] for packed rows.
+
+  A regression head (num_labels 1) outputs `target_mean + target_std * head`, in the targets'
+  own units: with standardised targets the head learns a unit-scale quantity that starts at
+  the mean, and inference, evaluation and an export see plain scores."""
   config: ModelConfig
   num_labels: int
+  target_mean: float = 0.0
+  target_std: float = 1.0
 
   def setup(self):
     self.encoder = Encoder(self.config)
@@ -44,7 +58,10 @@ class BertForClassification(nn.Module):
   def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
     out = self.encoder(**encoder_inputs(batch), pool_positions=batch.get('cls_positions'),
                        deterministic=deterministic)
-    return {'logits': self.classifier(out.pooled_output, deterministic=deterministic)}
+    logits = self.classifier(out.pooled_output, deterministic=deterministic)
+    if self.num_labels == 1:
+      logits = self.target_mean + self.target_std * logits
+    return {'logits': logits}
 
 
 class BertForTagging(nn.Module):

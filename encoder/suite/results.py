@@ -6,6 +6,11 @@ A task's score is the mean of its leaderboard's metrics (GLUE's convention: MRPC
 average F1 and accuracy, STS-B Pearson and Spearman; CoLA is MCC, CoNLL entity F1, SQuAD the
 mean of EM and F1; accuracy elsewhere); an arm's `glue_average` is the mean of its GLUE tasks'
 median scores, `average` that of all its tasks'.
+
+Each task also states the score of a model that learned nothing (`baseline_score`: the
+majority class, or 0) and `did_not_learn` (why, or '') when its median is within its seeds'
+range of that; `within_seed_spread` lists the arms whose medians on a task differ by less than
+their seeds' range (encoder.sweep.seed_spread).
 """
 
 from __future__ import annotations
@@ -14,14 +19,8 @@ import statistics
 
 from encoder.suite.catalog import GLUE, TASKS
 from encoder.suite.plan import RunSpec
+from encoder.sweep.seed_spread import close_calls, did_not_learn, spread
 from encoder.sweep.status import read_status
-
-
-def spread(values: list[float]) -> dict:
-  if not values:
-    return {'seeds': [], 'median': None, 'min': None, 'max': None}
-  return {'seeds': values, 'median': statistics.median(values), 'min': min(values),
-          'max': max(values)}
 
 
 def task_score(task: str, metrics: dict) -> float | None:
@@ -29,6 +28,27 @@ def task_score(task: str, metrics: dict) -> float | None:
   if any(metrics.get(m) is None for m in wanted):
     return None
   return sum(float(metrics[m]) for m in wanted) / len(wanted)
+
+
+def baseline_score(task: str, metrics: dict) -> float:
+  """The task's score of a model that learned nothing: the mean of its metrics'
+  `baseline_<metric>` (the majority class: accuracy, F1), 0 for those without one (MCC,
+  correlations, entity F1, EM: a constant prediction scores 0)."""
+  wanted = TASKS[task].metrics
+  return sum(float(metrics.get(f'baseline_{m}', 0.0)) for m in wanted) / len(wanted)
+
+
+def learned_nothing(score: dict, baseline: float | None, metrics: dict) -> str:
+  """Why a task's result reads as no learning ('' when it does not): the median score within
+  its seeds' range of the baseline, or (regression) a squared error no better than
+  predicting the mean."""
+  if did_not_learn(score, baseline):
+    return f"median {score['median']:.4f} within its seed range of the baseline {baseline:.4f}"
+  mse, base = metrics.get('mse'), metrics.get('baseline_mse')
+  if mse and base and mse['median'] is not None and mse['median'] >= base['median']:
+    return (f"squared error {mse['median']:.4g} no better than predicting the mean "
+            f"({base['median']:.4g})")
+  return ''
 
 
 def collect(runs: list[RunSpec]) -> dict:
@@ -55,15 +75,20 @@ def task_result(task: str, by_lr: dict) -> dict:
   ran = next((r['as_run'] for r in done if r.get('as_run')), {})
   names = sorted({k for r in done for k in r.get('metrics', {})
                   if isinstance(r['metrics'][k], int | float)})
+  score = spread([s for r in done if (s := task_score(task, r.get('metrics', {}))) is not None])
+  metrics = {m: spread([float(r['metrics'][m]) for r in done if m in r['metrics']])
+             for m in names}
+  baseline = (statistics.median(baseline_score(task, r.get('metrics', {})) for r in done)
+              if done and TASKS[task].fine_tunes else None)  # an embedder learns nothing here
   return {
       'official_metrics': list(TASKS[task].metrics),
       'learning_rate': ran.get('learning_rate', best),
       'budget': ran,
       'grid_medians': {f'{lr:g}': m for lr, m in choices.items()} if len(choices) > 1 else {},
-      'score': spread([s for r in done
-                       if (s := task_score(task, r.get('metrics', {}))) is not None]),
-      'metrics': {m: spread([float(r['metrics'][m]) for r in done if m in r['metrics']])
-                  for m in names},
+      'score': score,
+      'metrics': metrics,
+      'baseline_score': baseline,
+      'did_not_learn': learned_nothing(score, baseline, metrics),
       'runs': [{'seed': r.get('seed'), 'status': r.get('status'),
                 'wall_clock_s': r.get('wall_clock_s'), **({'error': r['error']}
                                                           if r.get('error') else {})}
@@ -89,8 +114,10 @@ def summarise(runs: list[RunSpec], missing: dict[str, str], meta: dict,
   counts: dict = {}
   for r in every:
     counts[r['status']] = counts.get(r['status'], 0) + 1
-  return {**meta, 'missing': missing, 'arms': arms, 'run_counts': counts,
-          'runs_wall_clock_s': round(wall, 1)}
+  within = close_calls({arm: {t: r['score'] for t, r in a['tasks'].items()}
+                       for arm, a in arms.items()})
+  return {**meta, 'missing': missing, 'arms': arms, 'within_seed_spread': within,
+          'run_counts': counts, 'runs_wall_clock_s': round(wall, 1)}
 
 
 def _mean(values: list[float]) -> float:

@@ -58,7 +58,8 @@ def markdown(summary: dict) -> str:
   header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for arm, a in summary['arms'].items():
-    cells = [_cell(a['tasks'].get(t, {}).get('score')) for t in tasks]
+    cells = [_cell(a['tasks'].get(t, {}).get('score'))
+             + (' †' if a['tasks'].get(t, {}).get('did_not_learn') else '') for t in tasks]
     lines.append('| ' + ' | '.join([arm, *cells, _pct(a['glue_average']),
                                     _pct(a['average'])]) + ' |')
   lines += ['', 'Every metric, every seed:', '',
@@ -73,6 +74,18 @@ def markdown(summary: dict) -> str:
           lines.append(f"| {arm} | {task} | {metric} | {lr} | {_steps(t.get('budget'))} | "
                        + ' '.join(f'{v:.4f}' for v in s['seeds'])
                        + f" | {s['median']:.4f} | {s['min']:.4f} | {s['max']:.4f} |")
+  flagged = [f"- † `{arm}/{task}` did not learn: {t['did_not_learn']}"
+             for arm, a in summary['arms'].items() for task, t in a['tasks'].items()
+             if t.get('did_not_learn')]
+  if flagged:
+    lines += ['', 'Tasks whose score does not clear the no-learning baseline (majority class, '
+              'or 0) by more than the seeds\' range:', '', *flagged]
+  close = summary.get('within_seed_spread') or []
+  if close:
+    lines += ['', 'Arm differences within the seeds\' range (no evidence either way):', '',
+              *(f"- {c['task']}: {c['arms'][0]} vs {c['arms'][1]}, medians "
+                f"{100 * c['difference']:.1f} apart, seed range {100 * c['range']:.1f}"
+                for c in close)]
   problems = [f"- `{arm}/{task}` seed {r['seed']}: {r['status']}"
               + (f": {r['error']}" if r.get('error') else '')
               for arm, a in summary['arms'].items() for task, t in a['tasks'].items()

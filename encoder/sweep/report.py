@@ -83,11 +83,28 @@ def write_report(sweep_dir: str) -> list[dict]:
   storage.write_atomic(os.path.join(sweep_dir, 'sweep.csv'), table.getvalue())
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+  lines += _close_calls(sweep_dir)
   failed = [r for r in records if r.get('status') == 'failed']
   lines += [''] + [f"- `{r['name']}` failed: {r.get('error', '')}" for r in failed]
   storage.write_atomic(os.path.join(sweep_dir, 'sweep.md'), '\n'.join(lines).rstrip() + '\n')
   _plot(records, os.path.join(sweep_dir, 'sweep.png'))
   return records
+
+
+def _close_calls(sweep_dir: str) -> list[str]:
+  """sweep.md's lines naming the downstream differences between arms that are within the
+  suites' seed range (each suite.json lists them), so a reader does not rank arms on noise."""
+  lines = []
+  suites_dir = os.path.join(sweep_dir, SUITES_DIR)
+  names = sorted(storage.listdir(suites_dir)) if storage.isdir(suites_dir) else []
+  for name in names:
+    path = os.path.join(suites_dir, name, 'suite.json')
+    if storage.isfile(path):
+      for c in json.loads(storage.read_text(path)).get('within_seed_spread', []):
+        lines.append(f"- {name}:{c['task']}: {c['arms'][0]} vs {c['arms'][1]} differ by "
+                     f"{c['difference']:.4f}, within the seeds' range {c['range']:.4f}")
+  return ['', 'Downstream differences within the seed range (no evidence either way):', '',
+          *lines] if lines else []
 
 
 def _fmt(value) -> str:

@@ -12,7 +12,9 @@ one's [CLS] (`cls_positions`), so logits, labels and weights are [rows, slots] t
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +24,8 @@ import optax
 from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_examples
 from encoder.errors import DataError
 from encoder.modules.config import model_config
-from encoder.modules.task_models import BertForClassification
-from encoder.tasks import metrics, task_inputs
+from encoder.modules.task_models import BertForClassification, target_scale
+from encoder.tasks import MEMBERS, metrics, task_inputs
 
 WEIGHTS = ('weight',)
 
@@ -36,7 +38,17 @@ def num_labels(config) -> int:
 
 def build_model(config) -> BertForClassification:
   return BertForClassification(model_config(config.model, config.data.vocab_size),
-                               num_labels(config))
+                               num_labels(config), **target_scale(config.data))
+
+
+def bind(config):
+  """The task with a regression run's target scale bound into its loss: with
+  `data.standardize_targets` the squared error is taken in standard deviations, so training
+  is exactly that on standardised targets (the model's output stays in the targets' units)."""
+  bound = types.SimpleNamespace(**{k: globals()[k] for k in MEMBERS})
+  std = target_scale(config.data)['target_std']
+  bound.loss_and_metrics = functools.partial(loss_and_metrics, target_std=std)
+  return bound
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:
@@ -50,15 +62,16 @@ def loss_denominators(batch: dict) -> dict:
   return {'examples': batch['weight'].astype(jnp.float32).sum()}
 
 
-def loss_and_metrics(outputs: dict, batch: dict,
-                     denominators: dict | None = None) -> tuple[jax.Array, dict]:
-  """Mean cross-entropy (or squared error when there is one output) over weighted examples
-  (any leading shape: [batch], or a packed batch's [rows, slots])."""
+def loss_and_metrics(outputs: dict, batch: dict, denominators: dict | None = None,
+                     target_std: float = 1.0) -> tuple[jax.Array, dict]:
+  """Mean cross-entropy (or squared error, in units of `target_std`, when there is one
+  output) over weighted examples (any leading shape: [batch], or a packed batch's
+  [rows, slots])."""
   if denominators is None:
     denominators = loss_denominators(batch)
   logits, weight = outputs['logits'], batch['weight'].astype(jnp.float32)
   if logits.shape[-1] == 1:
-    per_example = jnp.square(logits[..., 0] - batch['label'].astype(jnp.float32))
+    per_example = jnp.square((logits[..., 0] - batch['label'].astype(jnp.float32)) / target_std)
     correct = jnp.zeros_like(weight)
   else:
     per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
@@ -89,14 +102,16 @@ def evaluate(data, predictions: dict) -> tuple[dict, dict]:
     suffix = task_inputs.metric_suffix(s.name)
     if names is None:
       pred = logits[:, 0]
-      scores = metrics.regression_scores(gold, pred)
+      scores = {**metrics.regression_scores(gold, pred),
+                **metrics.baseline_scores(gold, regression=True)}
       rows = [{'gold': float(g), 'prediction': float(p)} for g, p in zip(gold, pred, strict=True)]
     else:
       probs = np.exp(logits - logits.max(-1, keepdims=True))
       probs /= probs.sum(-1, keepdims=True)
       pred = probs.argmax(-1)
       which = ('accuracy', 'f1', 'mcc') if len(names) == 2 else ('accuracy', 'mcc')
-      scores = metrics.classification_scores(gold, pred, which)
+      scores = {**metrics.classification_scores(gold, pred, which),
+                **metrics.baseline_scores(gold, which)}
       rows = [{'gold': names[g], 'prediction': names[p], 'probability': round(float(q[p]), 6)}
               for g, p, q in zip(gold, pred, probs, strict=True)]
     results.update({f'{k}{suffix}': v for k, v in scores.items()})
@@ -159,8 +174,20 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     return arrays
 
   eval_sets = [finetuning_data.EvalSet(name, ex, encode(ex)) for name, ex in evals]
-  return finetuning_data.FinetuningData(config, tokenizer, encode(train), eval_sets, WEIGHTS,
-                                        process_index, process_count, {'labels': names})
+  arrays, info = encode(train), {'labels': names}
+  if regression and d.get('standardize_targets'):
+    info['target_scale'] = standardisation(arrays['label'])
+  return finetuning_data.FinetuningData(config, tokenizer, arrays, eval_sets, WEIGHTS,
+                                        process_index, process_count, info)
+
+
+def standardisation(targets: np.ndarray) -> dict:
+  """The training targets' mean and standard deviation (1 where they are all equal), as the
+  config fields that record them."""
+  values = np.asarray(targets, np.float64)
+  std = float(values.std()) if len(values) else 0.0
+  return {'data.target_mean': float(values.mean()) if len(values) else 0.0,
+          'data.target_std': std if std > 0 else 1.0}
 
 
 def resolved_fields(config, data) -> dict:
@@ -168,7 +195,7 @@ def resolved_fields(config, data) -> dict:
   fields = task_inputs.vocab_fields(config, data.tokenizer)
   names = data.info['labels']
   if names is None:
-    return {**fields, 'data.num_labels': 1}
+    return {**fields, 'data.num_labels': 1, **data.info.get('target_scale', {})}
   return {**fields, **task_inputs.label_fields(config, names)}
 
 

@@ -68,3 +68,21 @@ def classification_scores(gold: np.ndarray, pred: np.ndarray, metrics: tuple[str
 def regression_scores(gold: np.ndarray, pred: np.ndarray) -> dict:
   return {'pearson': pearson(gold, pred), 'spearman': spearman(gold, pred),
           'mse': float(np.mean((np.asarray(gold) - np.asarray(pred)) ** 2)) if len(gold) else 0.0}
+
+
+def baseline_scores(gold: np.ndarray, metrics: tuple[str, ...] = (),
+                    regression: bool = False) -> dict:
+  """What a model that learned nothing scores on this eval set, as `baseline_<metric>`:
+  predicting the set's most frequent class (accuracy, F1; its MCC is 0, not logged), or, for
+  regression,
+  its mean (the squared error is the targets' variance; correlations of a constant are 0).
+  The suite flags a task whose score does not clear these ("did not learn")."""
+  gold = np.asarray(gold)
+  if regression:
+    return {'baseline_mse': float(np.var(gold.astype(np.float64))) if len(gold) else 0.0}
+  if not len(gold):
+    return {f'baseline_{m}': 0.0 for m in metrics}
+  values, counts = np.unique(gold, return_counts=True)
+  constant = np.full_like(gold, values[np.argmax(counts)])
+  kept = tuple(m for m in metrics if m != 'mcc')  # a constant prediction's MCC is 0 by definition
+  return {f'baseline_{k}': v for k, v in classification_scores(gold, constant, kept).items()}

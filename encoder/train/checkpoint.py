@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 
 from encoder import orbax_s3, storage
 from encoder.checkpoint_files import find_run_directory, resolve_checkpoint, restore_newest_params  # noqa: F401 - find_run_directory: read from here too
-from encoder.errors import CheckpointError
+from encoder.errors import CheckpointError, ConfigError
 from encoder.train.steps import TrainState
 
 log = logging.getLogger('encoder')
@@ -221,3 +221,21 @@ def merge_init_from(fresh: dict, loaded: dict) -> tuple[dict, list[str]]:
     return value
 
   return jax.tree_util.tree_map_with_path(pick, fresh), kept_fresh
+
+
+def reinitialise_top_layers(params: dict, fresh: dict, count: int) -> tuple[dict, list[str]]:
+  """`params` with the encoder's top `count` layers and its pooler taken from `fresh` (Zhang
+  et al., 2021, "Revisiting Few-sample BERT Fine-tuning": the top layers of a pretrained
+  encoder are specialised to its pretraining task, and starting them afresh helps small
+  fine-tuning sets). Returns the tree and the groups re-initialised, for the log."""
+  if count <= 0:
+    return params, []
+  encoder = dict(params['encoder'])
+  layers = sorted(int(k[6:]) for k in encoder if k.startswith('layer_') and k[6:].isdigit())
+  if count > len(layers):
+    raise ConfigError(f'train.reinit_layers={count} exceeds the {len(layers)} layers of the '
+                      'init_from encoder')
+  names = [f'layer_{i}' for i in layers[-count:]] + (['pooler'] if 'pooler' in encoder else [])
+  for name in names:
+    encoder[name] = fresh['encoder'][name]
+  return {**params, 'encoder': encoder}, [f'encoder/{n}' for n in names]

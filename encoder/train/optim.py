@@ -71,7 +71,53 @@ def weight_decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
+def layer_depth(names: list[str], num_layers: int) -> int:
+  """Where a parameter sits in the stack, for layer-wise decay: 0 for the embeddings, i + 1
+  for encoder layer i, num_layers + 1 for everything above (pooler, final norm, task heads),
+  as ELECTRA counts (Clark et al., 2020, appendix A)."""
+  if 'embeddings' in names:
+    return 0
+  layer = next((n for n in names if n.startswith('layer_') and n[6:].isdigit()), None)
+  return int(layer[6:]) + 1 if layer else num_layers + 1
+
+
+def _dict_names(path) -> list[str]:
+  return [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+
+
+def layerwise_decay(decay: float) -> optax.GradientTransformation:
+  """Scales each parameter's update by decay ** (num_layers + 1 - depth) (`layer_depth`): the
+  task head moves at the full rate, each layer below it `decay` times slower, the embeddings
+  slowest (ELECTRA's layer-wise learning-rate decay, also DeBERTa-v3's fine-tuning recipe).
+
+  Chained after the optimizer, so it scales the whole step: the Adam update and the decoupled
+  weight decay alike, as a per-layer learning rate does. The layer count is read off the
+  parameter names (`layer_{i}`), so the same transform serves any depth and any strategy's
+  tree (the mesh strategy's boxed leaves end in `value`)."""
+  def update(updates, state, params=None):
+    del params
+    paths = [_dict_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(updates)[0]]
+    indices = [int(n[6:]) for names in paths for n in names
+               if n.startswith('layer_') and n[6:].isdigit()]
+    num_layers = max(indices) + 1 if indices else 0
+    scaled = jax.tree_util.tree_map_with_path(
+        lambda p, u: u * decay ** (num_layers + 1 - layer_depth(_dict_names(p), num_layers)),
+        updates)
+    return scaled, state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
 def make_optimizer(train) -> optax.GradientTransformation:
+  """`base_optimizer`, with the layer-wise learning-rate decay of `train.layer_decay` (a
+  fine-tuning field; 1 or absent: every layer at the same rate) chained after it."""
+  opt = base_optimizer(train)
+  decay = float(train.get('layer_decay', 1.0) or 1.0)
+  if not 0 < decay <= 1:
+    raise ConfigError(f'train.layer_decay={decay} must lie in (0, 1] (1: no decay)')
+  return opt if decay == 1 else optax.chain(opt, layerwise_decay(decay))
+
+
+def base_optimizer(train) -> optax.GradientTransformation:
   """Global-norm clipping, then AdamW, LAMB or StableAdamW with decoupled weight decay on
   kernels.
 

@@ -119,8 +119,11 @@ def _init_from_params(config, model, dummy) -> dict | None:
   strategy then creates them in place)."""
   if not config.init_from:
     return None
-  params, new = ckpt_lib.merge_init_from(init_params(model, dummy, config.train.seed),
-                                         ckpt_lib.load_params(config.init_from))
+  fresh = init_params(model, dummy, config.train.seed)
+  params, new = ckpt_lib.merge_init_from(fresh, ckpt_lib.load_params(config.init_from))
+  params, again = ckpt_lib.reinitialise_top_layers(params, fresh,
+                                                   int(config.train.get('reinit_layers', 0)))
+  new += again
   log.info('Initialised from %s; freshly initialised: %s', config.init_from,
            ', '.join(new) or 'nothing')
   return params

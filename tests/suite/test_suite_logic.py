@@ -9,7 +9,8 @@ import pytest
 from encoder.errors import ConfigError, DataError
 from encoder.suite import run_suite
 from encoder.suite.execute import device_share
-from encoder.suite.results import spread, task_result
+from encoder.suite.results import task_result
+from encoder.sweep.seed_spread import spread
 from encoder.sweep.status import read_status, write_status
 from tests.suite.conftest import fake_metric, fake_run, write_glue_dir
 
@@ -249,3 +250,47 @@ def test_a_causal_arm_is_pooled_by_its_mean_and_the_report_says_so(tmp_path, fak
   assert 'pretrained mean (causal attention)' in (tmp_path / 'suite' / 'suite.md').read_text()
   bidirectional = fake_run(tmp_path / 'bi', model={'size': 'tiny', 'pooling': 'cls'})
   assert _suite(tmp_path / 'b', run=bidirectional)['pooling']['pretrained'] == 'cls'
+
+
+def _done(task_metrics: list[dict]) -> list[dict]:
+  return [{'status': 'done', 'seed': i, 'metrics': m} for i, m in enumerate(task_metrics)]
+
+
+def test_a_task_within_its_seed_range_of_the_majority_class_did_not_learn():
+  """MRPC's score is the mean of F1 and accuracy: the majority class scores
+  (0.81 + 0.68) / 2 = 0.745; seeds 0.74-0.76 (range 0.02) do not clear it by more than their
+  range, seeds 0.84-0.86 do."""
+  base = {'baseline_f1': 0.81, 'baseline_accuracy': 0.68}
+  flat = task_result('mrpc', {2e-5: _done([{**base, 'f1': 0.81 + d, 'accuracy': 0.68 + d}
+                                           for d in (-0.01, 0.0, 0.01)])})
+  assert flat['baseline_score'] == pytest.approx(0.745)
+  assert 'within its seed range of the baseline 0.7450' in flat['did_not_learn']
+  good = task_result('mrpc', {2e-5: _done([{**base, 'f1': 0.91 + d, 'accuracy': 0.78 + d}
+                                           for d in (-0.01, 0.0, 0.01)])})
+  assert good['did_not_learn'] == ''
+  # Regression: correlations clear 0, but the squared error is no better than the mean's.
+  stuck = task_result('stsb', {2e-5: _done([{'pearson': 0.4, 'spearman': 0.4, 'mse': 2.3,
+                                             'baseline_mse': 2.2}])})
+  assert 'no better than predicting the mean' in stuck['did_not_learn']
+
+
+def test_arm_differences_within_the_seed_range_are_listed_and_marked(tmp_path):
+  from encoder.suite import suite_report
+  from encoder.sweep.seed_spread import close_calls, spread
+  scores = {'a': {'rte': spread([0.60, 0.64, 0.66])}, 'b': {'rte': spread([0.62, 0.63, 0.65])},
+            'c': {'rte': spread([0.80, 0.81, 0.82])}, 'd': {'rte': spread([0.63])}}
+  # a-b: medians 0.01 apart, range 0.06; c is clear of both; d has one seed (no range).
+  assert close_calls(scores) == [{'task': 'rte', 'arms': ['a', 'b'], 'difference': 0.01,
+                                  'range': 0.06}]
+  summary = {'suite': 'glue', 'init_from': 'x', 'seeds': 3, 'dev_sets': 'heldout',
+             'budget': 'all', 'missing': {}, 'runs_wall_clock_s': 1.0,
+             'within_seed_spread': close_calls(scores),
+             'arms': {arm: {'step': None, 'glue_average': None, 'average': None,
+                            'tasks': {'rte': {'score': s['rte'], 'metrics': {},
+                                              'official_metrics': ['accuracy'],
+                                              'learning_rate': 2e-5, 'runs': [],
+                                              'did_not_learn': 'x' if arm == 'd' else ''}}}
+                      for arm, s in scores.items()}}
+  text = suite_report.markdown(summary)
+  assert '- rte: a vs b, medians 1.0 apart, seed range 6.0' in text
+  assert '| d | 63.0 † |' in text and '`d/rte` did not learn' in text

@@ -28,7 +28,8 @@ def _lines(path) -> list[dict]:
 
 def test_mnli_smoke_pairs_two_eval_sets_best_checkpoint_and_classify(tmp_path):
   metrics = _train('classify_mnli:smoke', tmp_path)
-  assert set(metrics) == {'accuracy', 'mcc', 'accuracy_nli_eval1', 'mcc_nli_eval1'}
+  assert set(metrics) == {'accuracy', 'mcc', 'accuracy_nli_eval1', 'mcc_nli_eval1',
+                          'baseline_accuracy', 'baseline_accuracy_nli_eval1'}
   saved = json.load(open(tmp_path / 'config.json'))
   assert saved['train']['num_steps'] == 6  # 1 epoch of 48 examples at batch 8
   assert saved['train']['warmup_steps'] == 1 and saved['data']['num_labels'] == 3

@@ -31,3 +31,25 @@ def test_pearson_spearman_match_scipy_with_ties():
     assert metrics.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-10)
     assert metrics.spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-10)
     np.testing.assert_allclose(metrics.rankdata(x), stats.rankdata(x))
+
+
+def test_baselines_equal_sklearns_dummy_predictors():
+  """The 'learned nothing' scores: scikit-learn's most-frequent classifier and mean regressor
+  fitted on the eval set itself, scored by scikit-learn."""
+  dummy = pytest.importorskip('sklearn.dummy')
+  rng = np.random.default_rng(3)
+  for gold in (rng.choice(2, 50, p=[0.3, 0.7]), rng.choice(2, 40, p=[0.8, 0.2]),
+               rng.choice(3, 60, p=[0.2, 0.5, 0.3])):
+    which = ('accuracy', 'f1', 'mcc') if gold.max() == 1 else ('accuracy', 'mcc')
+    pred = dummy.DummyClassifier(strategy='most_frequent').fit(gold[:, None], gold).predict(
+        gold[:, None])
+    base = metrics.baseline_scores(gold, which)
+    assert base['baseline_accuracy'] == pytest.approx(sklearn_metrics.accuracy_score(gold, pred))
+    assert 'baseline_mcc' not in base  # 0 by definition
+    if 'f1' in which:
+      assert base['baseline_f1'] == pytest.approx(
+          sklearn_metrics.f1_score(gold, pred, zero_division=0.0))
+  y = rng.uniform(0, 5, 30)
+  pred = dummy.DummyRegressor(strategy='mean').fit(y[:, None], y).predict(y[:, None])
+  assert metrics.baseline_scores(y, regression=True)['baseline_mse'] == pytest.approx(
+      sklearn_metrics.mean_squared_error(y, pred))
