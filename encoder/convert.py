@@ -5,10 +5,16 @@
   python -m encoder.convert --to-hf WORKDIR --out DIR     # BertForPreTraining, or
                                                           # ModernBertForMaskedLM for RoPE models
 
-A converted workdir holds config.json (the schema's pretraining config with the model's numbers),
-tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)` reads it, and
-`--config.init_from=WORKDIR` starts training from it. It has no optimizer state, so it is a
-starting point, not a run to resume. Only safetensors weights are read (not pytorch_model.bin).
+A fine-tuned run (config task classification, tagging or span_qa) exports as the family's
+...ForSequenceClassification, ...ForTokenClassification or ...ForQuestionAnswering with its
+label names, and such a directory imports with its head: the workdir's config then says the
+task and labels as a run of ours does (encoder/hf/heads.py), so classify/tag/answer run it.
+
+A converted workdir holds config.json (the schema's pretraining config with the model's numbers,
+or the task's fine-tuning config), tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)`
+reads it, and `--config.init_from=WORKDIR` starts training from it. It has no optimizer state,
+so it is a starting point, not a run to resume. Only safetensors weights are read (not
+pytorch_model.bin).
 
 Each Hugging Face family is one file in encoder/hf/ implementing encoder.hf.family.Family, and
 one line of FAMILIES below; this file does what they share. JAX is imported only once a
@@ -27,7 +33,7 @@ import numpy as np
 
 from encoder import config_schema, configs, orbax_s3, storage
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf import bert, modernbert, sentence_transformers
+from encoder.hf import bert, heads, modernbert, sentence_transformers
 from encoder.hf.family import Family, read_json
 
 # In the order they are asked: the first that recognises a config.json (from_hf), or that
@@ -91,35 +97,45 @@ def _write_params(workdir: str, params: dict) -> None:
   manager.close()
 
 
-def _convert_weights(family: Family, tensors: dict, fields: dict) -> tuple[dict, list[str]]:
+def _convert_weights(family: Family, tensors: dict, fields: dict, task: str | None = None,
+                     num_labels: int = 0) -> tuple[dict, list[str]]:
   """The family's hf_to_ours, with weights that contradict config.json refused in one line."""
   try:
-    params, absent = family.hf_to_ours(tensors, fields)
+    params, absent = family.hf_to_ours(tensors, fields, task)
   except (ValueError, TypeError, KeyError) as e:
     raise CheckpointError(f'the weights do not fit config.json ({str(e)[:160]})') from None
-  _check_shapes(params['encoder'], fields)
+  groups = ('encoder', heads.GROUPS[task]) if task else ('encoder',)
+  _check_shapes({g: params[g] for g in groups}, fields, task, num_labels)
   return params, absent
 
 
-def _check_shapes(converted: dict, fields: dict) -> None:
-  """Every converted encoder weight has the shape config.json implies (else load() would fail
-  later, far from the cause)."""
+def _check_shapes(converted: dict, fields: dict, task: str | None, num_labels: int) -> None:
+  """Every converted encoder (and `task` head) weight has the shape config.json implies (else
+  load() would fail later, far from the cause)."""
   import flax.linen as nn
   import jax
 
-  from encoder.modules.config import model_config  # lazy: JAX loads only when converting
+  from encoder.modules import task_models  # lazy: JAX loads only when converting
+  from encoder.modules.config import model_config  # lazy: as above
   from encoder.modules.transformer import Encoder  # lazy: as above
 
-  ids = np.zeros((1, 2), np.int32)
-  expected = jax.eval_shape(lambda: nn.unbox(Encoder(model_config(fields)).init(
-      jax.random.key(0), ids, ids, ids))['params'])
+  cfg, ids = model_config(fields), np.zeros((1, 2), np.int32)
+  if task is None:
+    init = lambda: {'encoder': Encoder(cfg).init(jax.random.key(0), ids, ids, ids)['params']}  # noqa: E731
+  else:
+    module = (task_models.BertForQuestionAnswering(cfg) if task == 'span_qa' else
+              task_models.BertForClassification(cfg, num_labels) if task == 'classification'
+              else task_models.BertForTagging(cfg, num_labels))
+    batch = {'input_ids': ids, 'segment_ids': ids, 'input_mask': ids + 1}
+    init = lambda: module.init(jax.random.key(0), batch)['params']  # noqa: E731
+  expected = jax.eval_shape(lambda: nn.unbox(init()))
   flat = dict(jax.tree_util.tree_flatten_with_path(expected)[0])
   for path, value in jax.tree_util.tree_flatten_with_path(converted)[0]:
     want = flat.get(path)
     if want is None or tuple(want.shape) != tuple(np.shape(value)):
       name = '/'.join(str(getattr(k, 'key', k)) for k in path)
-      raise CheckpointError(f"the weight encoder/{name} has shape {np.shape(value)} but "
-                            f"config.json implies {None if want is None else tuple(want.shape)}")
+      raise CheckpointError(f"the weight {name} has shape {np.shape(value)} but config.json "
+                            f"implies {None if want is None else tuple(want.shape)}")
 
 
 def _fresh_pooler(fields: dict) -> dict:
@@ -158,36 +174,70 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
   hf = read_json(os.path.join(hf_dir, 'config.json'))
   family = family_of(hf)
   fields = family.model_fields(hf)
+  task = heads.task_of(hf, family.head_architectures)  # None: no fine-tuned head
+  names, num_labels = heads.labels_from_hf(hf, task) if task else (None, 0)
   tokenizer = family.read_tokenizer(hf_dir)
   if tokenizer.vocab_size > fields['vocab_size']:
     raise CheckpointError(f'the tokenizer has {tokenizer.vocab_size} tokens but the model only '
                           f"{fields['vocab_size']} embeddings")
-  params, absent = _convert_weights(family, read_safetensors(hf_dir), fields)
+  params, absent = _convert_weights(family, read_safetensors(hf_dir), fields, task, num_labels)
   notes = []
   if 'pooler' in absent:
     params['encoder']['pooler'] = _fresh_pooler(fields)
     notes.append('the model has no pooler: pooled_output uses a freshly initialised one')
-  heads = [name for key, name in (('mlm', 'MLM'), ('nsp_head', 'NSP')) if key in absent]
-  if heads:
-    notes.append(f"no {' or '.join(heads)} head: training with init_from initialises "
-                 'it freshly; fill_mask needs the MLM head')
-  config = config_schema.pretraining_config('from_hf')
+  if task:
+    config = heads.run_config(task, names, fields['max_position_embeddings'])
+    notes.append(_head_note(hf, task, names))
+  else:
+    config = config_schema.pretraining_config('from_hf')
+    notes += _pretraining_notes(hf, family, absent)
   config.model.update(fields)
   config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
   config.data.vocab_size = tokenizer.vocab_size
   config.data.max_seq_length = min(config.data.max_seq_length, fields['max_position_embeddings'])
-  config.data.update(family.data_fields(params, tokenizer))
+  # Only the fields the task's config has (a fine-tuning config has no data.nsp).
+  config.data.update({k: v for k, v in family.data_fields(params, tokenizer).items()
+                      if k in config.data})
   if embed is not None:
     config.embed.update(embed)
     notes.append(f"sentence-transformers pipeline: embed() pools by {embed['pooling']}"
                  f"{', normalised' if embed['normalize'] else ''}, "
                  f"{embed['max_seq_length'] or 'all'} tokens per text")
+  write_workdir(workdir, config, tokenizer, params)
+  return notes
+
+
+def _head_note(hf: dict, task: str, names: list[str] | None) -> str:
+  labels = (f"labels {','.join(names)}" if names else
+            'regression' if task == 'classification' else 'SQuAD v1.1 decoding (set '
+            'data.version_2_with_negative in config.json for a v2.0 model)')
+  return (f"{hf['architectures'][0]}: task {task}, {labels}; "
+          f'{heads.METHODS[task]}() runs its head')
+
+
+def _pretraining_notes(hf: dict, family: Family, absent: list[str]) -> list[str]:
+  notes = []
+  names = hf.get('architectures')
+  first = names[0] if isinstance(names, list) and names else None
+  if isinstance(first, str) and first not in family.architectures:
+    notes.append(f"{first}'s own head is not converted (fine-tuned heads convert from "
+                 f'{_listed(family.head_architectures.values())})')
+  missing = [name for key, name in (('mlm', 'MLM'), ('nsp_head', 'NSP')) if key in absent]
+  if missing:
+    notes.append(f"no {' or '.join(missing)} head: training with init_from initialises "
+                 'it freshly; fill_mask needs the MLM head')
+  return notes
+
+
+def write_workdir(workdir: str, config, tokenizer, params: dict) -> None:
+  """A workdir `encoder.load` reads and `init_from` starts from: tokenizer/, checkpoints/0
+  (the params only) and config.json, written last, so a failed conversion leaves no config
+  that names missing weights."""
   storage.makedirs(workdir)
   tokenizer.save(os.path.join(workdir, 'tokenizer'))
   _write_params(workdir, params)
   with storage.open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
     f.write(configs.to_json(config))
-  return notes
 
 
 def to_hf(path: str, out: str) -> list[str]:
@@ -196,6 +246,7 @@ def to_hf(path: str, out: str) -> list[str]:
   from safetensors.numpy import save, save_file
 
   from encoder.inference import load  # lazy: JAX loads only when converting
+  from encoder.inference.fine_tuned import head_size, label_names  # lazy: as above
 
   _check_out(out)
   model = load(path)
@@ -207,13 +258,24 @@ def to_hf(path: str, out: str) -> list[str]:
   if family is None:
     raise CheckpointError(f'no Hugging Face family ({_listed(f.name for f in FAMILIES)}) '
                           'writes this architecture: this model does not convert')
-  why = family.refusal(cfg)
+  # A fine-tuned run's head goes out as the family's class for its task; a pretraining or
+  # contrastive run's as the pretraining classes.
+  task = model.config['task'] if model.config['task'] in heads.TASKS else None
+  why = family.refusal(cfg, task)
   if why:
     raise CheckpointError(f"Hugging Face's {family.name} cannot express {why}: this model does "
                           'not convert')
-  tensors, architecture = family.ours_to_hf(model.params, cfg)
-  notes = [f'dropped {k}: {family.name} has no such head' for k in model.params
-           if k not in family.param_groups]
+  params, num_labels = model.params, 0
+  if task:
+    num_labels = head_size(params, heads.GROUPS[task])
+    if task == 'classification' and num_labels == 1:
+      params = heads.fold_target_scale(params, model.config['data'])
+  tensors, architecture = family.ours_to_hf(params, cfg, task)
+  hf_config = family.hf_config(cfg, model.tokenizer, architecture)
+  if task:
+    hf_config.update(heads.hf_label_fields(task, label_names(model.config), num_labels))
+  kept = ('encoder', heads.GROUPS[task]) if task else family.param_groups
+  notes = [f'dropped {k}: {family.name} has no such head' for k in model.params if k not in kept]
   storage.makedirs(out)
   weights = os.path.join(out, 'model.safetensors')
   if storage.is_remote(out):
@@ -221,10 +283,12 @@ def to_hf(path: str, out: str) -> list[str]:
   else:
     save_file(tensors, weights, metadata={'format': 'pt'})
   with storage.open(os.path.join(out, 'config.json'), 'w', encoding='utf-8') as f:
-    json.dump(family.hf_config(cfg, model.tokenizer, architecture), f, indent=2)
+    json.dump(hf_config, f, indent=2)
   notes += family.write_tokenizer(model.tokenizer, out, cfg.max_position_embeddings)
   embed = model.config['embed']
-  if embed['sentence_transformers']:  # imported from one: the same pipeline goes back out
+  # Imported from one (or fine-tuned from such an import, which inherits its embed section):
+  # the same pipeline goes back out, unless the export is a task head's class.
+  if embed['sentence_transformers'] and not task:
     sentence_transformers.write(out, embed, cfg.hidden_size, cfg.max_position_embeddings)
   return notes
 

@@ -1,4 +1,5 @@
-"""Hugging Face BERT (BertModel, BertForMaskedLM, BertForPreTraining) <-> our post-LN encoder.
+"""Hugging Face BERT (BertModel, BertForMaskedLM, BertForPreTraining, and the fine-tuned
+BertFor{SequenceClassification,TokenClassification,QuestionAnswering}) <-> our post-LN encoder.
 
 Pure numpy, no torch. HF `nn.Linear` stores weights as [out, in]; our Dense kernels are
 [in, out], and our attention projections are DenseGeneral kernels [hidden, heads, head_dim]
@@ -16,6 +17,7 @@ from encoder import storage
 from encoder.configs import nested_get, nested_set
 from encoder.data.tokenizer import WordPieceTokenizer, load_tokenizer
 from encoder.errors import CheckpointError
+from encoder.hf import heads
 from encoder.hf.family import Family, read_json, reading_fields
 
 HF_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh'}
@@ -42,6 +44,19 @@ _MLM = [('mlm/transform/kernel', 'cls.predictions.transform.dense.weight', 'dens
         ('mlm/output_bias', 'cls.predictions.bias', 'vector')]
 _NSP = [('nsp_head/dense/kernel', 'cls.seq_relationship.weight', 'dense'),
         ('nsp_head/dense/bias', 'cls.seq_relationship.bias', 'vector')]
+# A fine-tuned head is one Linear outside the 'bert.' prefix, our head's last dense
+# (encoder.modules.heads): `classifier` on the pooled output (SequenceClassification) or on
+# every token (TokenClassification), `qa_outputs` [2, hidden] on every token, start logits
+# first as in our span head. Only SequenceClassification has a pooler: the other two build
+# their BertModel with add_pooling_layer=False.
+_HEAD_LINEAR = {'classification': 'classifier', 'tagging': 'classifier', 'span_qa': 'qa_outputs'}
+HEAD_ARCHITECTURES = heads.architectures('Bert')
+
+
+def _task_entries(task: str) -> list[tuple[str, str, str]]:
+  group, linear = heads.GROUPS[task], _HEAD_LINEAR[task]
+  return [(f'{group}/dense/kernel', f'{linear}.weight', 'dense'),
+          (f'{group}/dense/bias', f'{linear}.bias', 'vector')]
 
 
 def _layer_entries(i: int) -> list[tuple[str, str, str]]:
@@ -95,11 +110,12 @@ def _to_hf(array: np.ndarray, kind: str) -> np.ndarray:
 
 class Bert(Family):
   """BERT as transformers defines it: post-LN, learned absolute positions, segment embeddings,
-  a tanh pooler, and the MLM and NSP heads of BertForPreTraining."""
+  a tanh pooler, the MLM and NSP heads of BertForPreTraining, and the fine-tuned heads."""
 
   name = 'BERT'
   architectures = ('BertModel', 'BertForMaskedLM', 'BertForPreTraining')
   param_groups = ('encoder', 'mlm', 'nsp_head')
+  head_architectures = HEAD_ARCHITECTURES
 
   def recognises(self, hf: dict) -> bool:
     return hf.get('model_type', 'bert') == 'bert'
@@ -150,9 +166,11 @@ class Bert(Family):
     assert isinstance(tokenizer, WordPieceTokenizer)
     return tokenizer
 
-  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list[str]]:
+  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict, task: str | None = None
+                 ) -> tuple[dict, list[str]]:
     """Any of BertModel / BertForMaskedLM / BertForPreTraining; the pooler, MLM and NSP head
-    are each optional."""
+    are each optional. With `task`, its head is required (and for SequenceClassification the
+    pooler it reads)."""
     num_heads = fields['num_heads']
     prefix = 'bert.' if 'bert.embeddings.word_embeddings.weight' in tensors else ''
     if prefix + 'embeddings.word_embeddings.weight' not in tensors:
@@ -161,6 +179,8 @@ class Bert(Family):
     params, absent = {}, []
     groups = [('encoder', _encoder_entries(fields['num_layers']), prefix),
               ('pooler', _POOLER, prefix), ('mlm', _MLM, ''), ('nsp_head', _NSP, '')]
+    if task:
+      groups.append((task, _task_entries(task), ''))
     for group, entries, group_prefix in groups:
       names = [group_prefix + hf for _, hf, _ in entries]
       if group == 'mlm' and 'cls.predictions.bias' not in tensors:
@@ -169,6 +189,9 @@ class Bert(Family):
       if group == 'encoder' and missing:
         raise CheckpointError(f"the checkpoint lacks '{missing[0]}': num_hidden_layers in its "
                               'config.json does not match its weights')
+      if missing and (group == task or (group == 'pooler' and task == 'classification')):
+        raise CheckpointError(f"the checkpoint lacks '{missing[0]}', which its config.json's "
+                              f'{HEAD_ARCHITECTURES[task]} has')
       if missing:
         absent.append(group)
         continue
@@ -186,7 +209,10 @@ class Bert(Family):
   def writes(self, cfg) -> bool:
     return cfg.position_embedding != 'rope'
 
-  def refusal(self, cfg) -> str | None:
+  def refusal(self, cfg, task: str | None = None) -> str | None:
+    """Besides the encoder: the tanh pooler where a head reads it (pretraining's NSP,
+    SequenceClassification, which pools the [CLS] token), and a head of one dense layer."""
+    pools = task in (None, 'classification')
     for bad, why in ((cfg.norm == 'pre', 'pre-LN (model.norm=pre)'),
                      (cfg.activation in ('geglu', 'swiglu'),
                       f'a gated MLP (model.activation={cfg.activation})'),
@@ -200,16 +226,25 @@ class Bert(Family):
                      (not cfg.embedding_norm, 'no embedding norm (model.embedding_norm=false)'),
                      (cfg.type_vocab_size == 0,
                       'no segment embeddings (model.type_vocab_size=0)'),
-                     (cfg.pooler != 'tanh', f'model.pooler={cfg.pooler}')):
+                     (pools and cfg.pooler != 'tanh', f'model.pooler={cfg.pooler}'),
+                     (task == 'classification' and cfg.pooling != 'cls',
+                      f"model.pooling={cfg.pooling} (BertForSequenceClassification reads the "
+                      "[CLS] token's pooled output)"),
+                     (task is not None and cfg.classifier_head != 'linear',
+                      f'model.classifier_head={cfg.classifier_head} (its heads are one '
+                      'Linear)')):
       if bad:
         return why
     return None
 
-  def ours_to_hf(self, params: dict, cfg) -> tuple[dict[str, np.ndarray], str]:
-    """BertForPreTraining when both heads exist, BertForMaskedLM with the MLM head only, else
-    BertModel. The MLM decoder is tied to the word embeddings, so it is written as HF itself
-    saves a tied model: `cls.predictions.decoder.weight` omitted, `cls.predictions.bias` its
-    bias."""
+  def ours_to_hf(self, params: dict, cfg, task: str | None = None
+                 ) -> tuple[dict[str, np.ndarray], str]:
+    """`task`'s head class for a fine-tuned run; else BertForPreTraining when both pretraining
+    heads exist, BertForMaskedLM with the MLM head only, else BertModel. The MLM decoder is
+    tied to the word embeddings, so it is written as HF itself saves a tied model:
+    `cls.predictions.decoder.weight` omitted, `cls.predictions.bias` its bias."""
+    if task:
+      return self._head_to_hf(params, cfg, task), HEAD_ARCHITECTURES[task]
     has_mlm, has_nsp = 'mlm' in params, 'nsp_head' in params
     architecture = ('BertForPreTraining' if has_mlm and has_nsp else
                     'BertForMaskedLM' if has_mlm else 'BertModel')
@@ -219,15 +254,15 @@ class Bert(Family):
       entries += _MLM
     if has_nsp and architecture == 'BertForPreTraining':
       entries += _NSP
-    tensors = {}
-    for ours, name, kind in entries:
-      value = nested_get(params, ours.split('/'))
-      if value is None:
-        raise CheckpointError(f"the checkpoint lacks '{ours}': it is not a complete BERT model")
-      tensors[name] = _to_hf(np.asarray(value), kind)
-    return tensors, architecture
+    return _tensors(params, entries), architecture
+
+  def _head_to_hf(self, params: dict, cfg, task: str) -> dict[str, np.ndarray]:
+    """The encoder under 'bert.' (with the pooler only where the class has one) and the head."""
+    encoder = _encoder_entries(cfg.num_layers) + (_POOLER if task == 'classification' else [])
+    return _tensors(params, [(o, 'bert.' + h, k) for o, h, k in encoder] + _task_entries(task))
 
   def hf_config(self, cfg, tokenizer, architecture: str) -> dict:
+
     return {
         'architectures': [architecture], 'model_type': 'bert', 'vocab_size': cfg.vocab_size,
         'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
@@ -239,6 +274,16 @@ class Bert(Family):
         'type_vocab_size': cfg.type_vocab_size, 'initializer_range': cfg.initializer_range,
         'layer_norm_eps': cfg.layer_norm_eps, 'pad_token_id': int(tokenizer.pad_id),
         'position_embedding_type': 'absolute', 'tie_word_embeddings': True}
+
+
+def _tensors(params: dict, entries: list[tuple[str, str, str]]) -> dict[str, np.ndarray]:
+  tensors = {}
+  for ours, name, kind in entries:
+    value = nested_get(params, ours.split('/'))
+    if value is None:
+      raise CheckpointError(f"the checkpoint lacks '{ours}': it is not a complete BERT model")
+    tensors[name] = _to_hf(np.asarray(value), kind)
+  return tensors
 
 
 FAMILY = Bert()

@@ -59,8 +59,11 @@ class Family(abc.ABC):
   """
 
   name: str  # as users know it: "Hugging Face's {name} cannot express ..."
-  architectures: tuple[str, ...]  # the HF classes it reads, named when no family knows a config
-  param_groups: tuple[str, ...]  # our top-level parameter groups its HF models hold
+  # The pretraining classes it reads, named when no family knows a config.
+  architectures: tuple[str, ...]
+  param_groups: tuple[str, ...]  # our top-level parameter groups its pretraining models hold
+  # Fine-tuning task (encoder.hf.heads.TASKS) -> the HF class holding that head.
+  head_architectures: dict[str, str]
 
   # Hugging Face -> ours.
 
@@ -77,9 +80,11 @@ class Family(abc.ABC):
     """The directory's tokenizer, as our tokenizer class that reads the same files."""
 
   @abc.abstractmethod
-  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list[str]]:
+  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict, task: str | None = None
+                 ) -> tuple[dict, list[str]]:
     """Tensors -> (our params, the groups the checkpoint lacks: 'pooler', 'mlm', 'nsp_head').
-    A head is converted only when all of its tensors are present."""
+    A pretraining head is converted only when all of its tensors are present; `task`'s head
+    (config.json's architecture says it is there) must be."""
 
   @abc.abstractmethod
   def data_fields(self, params: dict, tokenizer: Tokenizer) -> dict:
@@ -93,12 +98,15 @@ class Family(abc.ABC):
     refused by `refusal`)."""
 
   @abc.abstractmethod
-  def refusal(self, cfg: ModelConfig) -> str | None:
-    """What of `cfg` this family cannot express (the field and its value), or None."""
+  def refusal(self, cfg: ModelConfig, task: str | None = None) -> str | None:
+    """What of `cfg` (with `task`'s head, if any) this family cannot express (the field and
+    its value), or None."""
 
   @abc.abstractmethod
-  def ours_to_hf(self, params: dict, cfg: ModelConfig) -> tuple[dict[str, np.ndarray], str]:
-    """Our params -> (HF tensors, the HF architecture they make)."""
+  def ours_to_hf(self, params: dict, cfg: ModelConfig, task: str | None = None
+                 ) -> tuple[dict[str, np.ndarray], str]:
+    """Our params -> (HF tensors, the HF architecture they make): `task`'s head class for a
+    fine-tuned run, else a pretraining one."""
 
   @abc.abstractmethod
   def hf_config(self, cfg: ModelConfig, tokenizer: Tokenizer, architecture: str) -> dict:

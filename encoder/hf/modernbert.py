@@ -1,4 +1,6 @@
-"""Hugging Face ModernBERT (ModernBertModel, ModernBertForMaskedLM) <-> our pre-LN encoder.
+"""Hugging Face ModernBERT (ModernBertModel, ModernBertForMaskedLM, and the fine-tuned
+ModernBertFor{SequenceClassification,TokenClassification,QuestionAnswering}) <-> our pre-LN
+encoder.
 
 Pure numpy, no torch. ModernBERT is our encoder with `model.size=modern_*`'s architecture:
 pre-LN without layer 0's attention norm, RoPE, local/global layers, GeGLU (or SwiGLU), no
@@ -22,6 +24,7 @@ from encoder import storage
 from encoder.configs import nested_get, nested_set
 from encoder.data.tokenizer import JsonTokenizer, load_tokenizer
 from encoder.errors import CheckpointError, EncoderError
+from encoder.hf import heads
 from encoder.hf.family import Family, reading_fields
 
 MODEL_TYPE = 'modernbert'
@@ -110,13 +113,30 @@ def _plain_entries(num_layers: int, use_bias: bool) -> list[tuple[str, str, str]
                                                       use_bias)]
 
 
-def _head_entries(use_bias: bool) -> list[tuple[str, str, str]]:
-  """The MLM head, outside the 'model.' prefix; its decoder weight is the embeddings."""
-  entries = [('mlm/transform/kernel', 'head.dense.weight', 'dense')]
+def _transform_entries(group: str, use_bias: bool) -> list[tuple[str, str, str]]:
+  """ModernBertPredictionHead (`head.`, outside the 'model.' prefix: dense, GELU, norm; its
+  biases are classifier_bias and norm_bias, which model_fields ties to use_bias) -> our
+  head's transform and transform_norm."""
+  entries = [(f'{group}/transform/kernel', 'head.dense.weight', 'dense')]
   if use_bias:
-    entries.append(('mlm/transform/bias', 'head.dense.bias', 'vector'))
-  entries += [(o, h, 'vector') for o, h in _norm('mlm/transform_norm', 'head.norm', use_bias)]
-  return entries + [('mlm/output_bias', 'decoder.bias', 'vector')]
+    entries.append((f'{group}/transform/bias', 'head.dense.bias', 'vector'))
+  return entries + [(o, h, 'vector') for o, h in _norm(f'{group}/transform_norm', 'head.norm',
+                                                      use_bias)]
+
+
+def _head_entries(use_bias: bool) -> list[tuple[str, str, str]]:
+  """The MLM head; its decoder weight is the embeddings."""
+  return _transform_entries('mlm', use_bias) + [('mlm/output_bias', 'decoder.bias', 'vector')]
+
+
+def _task_entries(task: str, use_bias: bool) -> list[tuple[str, str, str]]:
+  """A fine-tuned head, the same names for the three classes: the prediction head, then
+  `classifier` (a Linear with a bias whatever classifier_bias says, as our head's last dense;
+  [2, hidden] for question answering, start logits first as in our span head)."""
+  group = heads.GROUPS[task]
+  return _transform_entries(group, use_bias) + [
+      (f'{group}/dense/kernel', 'classifier.weight', 'dense'),
+      (f'{group}/dense/bias', 'classifier.bias', 'vector')]
 
 
 class ModernBert(Family):
@@ -124,6 +144,7 @@ class ModernBert(Family):
   in one line naming it."""
 
   name = 'ModernBERT'
+  head_architectures = heads.architectures('ModernBert')
   architectures = ('ModernBertModel', 'ModernBertForMaskedLM')
   param_groups = ('encoder', 'mlm')
 
@@ -197,9 +218,11 @@ class ModernBert(Family):
     assert isinstance(tokenizer, JsonTokenizer)
     return tokenizer
 
-  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict) -> tuple[dict, list[str]]:
+  def hf_to_ours(self, tensors: dict[str, np.ndarray], fields: dict, task: str | None = None
+                 ) -> tuple[dict, list[str]]:
     """ModernBertModel or ModernBertForMaskedLM; the MLM head is optional, and its decoder
-    weight, when saved, must equal the token embeddings."""
+    weight, when saved, must equal the token embeddings. With `task`, its head is required
+    (and there is no MLM head: both are `head.`)."""
     prefix = 'model.' if 'model.embeddings.tok_embeddings.weight' in tensors else ''
     if prefix + 'embeddings.tok_embeddings.weight' not in tensors:
       raise CheckpointError('the safetensors file has no embeddings.tok_embeddings.weight: it is '
@@ -241,6 +264,11 @@ class ModernBert(Family):
           put(f'{ours}/attention/{name}/bias', qkv_bias[j])
         put(f'{ours}/mlp/gate/bias', wi_bias[:f])
         put(f'{ours}/mlp/intermediate/bias', wi_bias[f:])
+    if task:
+      for ours, hf, kind in _task_entries(task, use_bias):
+        value = get(hf)
+        put(ours, value.T if kind == 'dense' else value)
+      return params, ['mlm']
     head = _head_entries(use_bias)
     if any(hf not in tensors for _, hf, _ in head):
       return params, ['mlm']
@@ -261,7 +289,9 @@ class ModernBert(Family):
   def writes(self, cfg) -> bool:
     return cfg.position_embedding == 'rope'
 
-  def refusal(self, cfg) -> str | None:
+  def refusal(self, cfg, task: str | None = None) -> str | None:
+    """Besides the encoder, a fine-tuned head must have the prediction head before its Linear
+    (model.classifier_head=mlp); its pooling (cls or mean) is classifier_pooling's."""
     wanted = {'norm': 'pre', 'first_attention_norm': False, 'embedding_norm': True,
               'position_embedding': 'rope', 'type_vocab_size': 0, 'pooler': 'none',
               'attention': 'bidirectional'}
@@ -270,13 +300,17 @@ class ModernBert(Family):
         return f'model.{field}={getattr(cfg, field)!r} (ModernBERT: {value!r})'
     if cfg.activation not in OUR_ACTIVATIONS:
       return f'model.activation={cfg.activation!r} (ModernBERT: geglu or swiglu)'
+    if task and cfg.classifier_head != 'mlp':
+      return (f"model.classifier_head={cfg.classifier_head!r} (ModernBERT's heads: 'mlp', a "
+              'dense, GELU and norm before the classifier)')
     return None
 
-  def ours_to_hf(self, params: dict, cfg) -> tuple[dict[str, np.ndarray], str]:
-    """ModernBertForMaskedLM with an MLM head (its tied decoder weight omitted, as
-    transformers saves it), else ModernBertModel."""
-    has_mlm = 'mlm' in params
-    prefix = 'model.' if has_mlm else ''
+  def ours_to_hf(self, params: dict, cfg, task: str | None = None
+                 ) -> tuple[dict[str, np.ndarray], str]:
+    """`task`'s head class for a fine-tuned run; else ModernBertForMaskedLM with an MLM head
+    (its tied decoder weight omitted, as transformers saves it), else ModernBertModel."""
+    has_mlm = 'mlm' in params and not task
+    prefix = 'model.' if has_mlm or task else ''
 
     def get(path: str) -> np.ndarray:
       value = nested_get(params, path.split('/'))
@@ -303,12 +337,15 @@ class ModernBert(Family):
             [get(f'{ours}/attention/{n}/bias').reshape(-1) for n in ('query', 'key', 'value')])
         tensors[f'{hf}.mlp.Wi.bias'] = np.concatenate(
             [get(f'{ours}/mlp/gate/bias'), get(f'{ours}/mlp/intermediate/bias')])
-    if has_mlm:
-      for ours, hf, kind in _head_entries(cfg.use_bias):
-        value = get(ours)
-        tensors[hf] = value.T if kind == 'dense' else value
+    head = (_task_entries(task, cfg.use_bias) if task else
+            _head_entries(cfg.use_bias) if has_mlm else [])
+    for ours, hf, kind in head:
+      value = get(ours)
+      tensors[hf] = value.T if kind == 'dense' else value
     tensors = {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}
-    return tensors, 'ModernBertForMaskedLM' if has_mlm else 'ModernBertModel'
+    architecture = (self.head_architectures[task] if task else
+                    'ModernBertForMaskedLM' if has_mlm else 'ModernBertModel')
+    return tensors, architecture
 
   def hf_config(self, cfg, tokenizer, architecture: str) -> dict:
     types = ['sliding_attention' if cfg.is_local(i) else 'full_attention'
@@ -331,6 +368,7 @@ class ModernBert(Family):
             'full_attention': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},
             'sliding_attention': {'rope_type': 'default', 'rope_theta': cfg.local_rope_theta}},
         'mlp_dropout': float(cfg.dropout_rate), 'embedding_dropout': float(cfg.dropout_rate),
+        'classifier_dropout': float(cfg.dropout_rate),  # our heads drop out at dropout_rate
         'attention_dropout': float(cfg.attention_dropout_rate), **ids}
 
 
