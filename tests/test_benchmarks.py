@@ -218,3 +218,10 @@ def test_embed_speed_prints_a_json_line_per_arm(capsys, tmp_path):
   assert [line.get('arm') for line in lines[:3]] == ['packed', 'unpacked', 'st']
   assert all(line['docs_per_s'] > 0 and line['max_abs_diff_vs_st'] < 1e-4 for line in lines[:3])
   assert lines[3]['breakdown'] == 'packed' and lines[3]['steps'] >= 1
+
+
+def test_finetune_recipe_arms_are_config_overrides():
+  from benchmarks.finetune_recipe import parse_arm
+  assert parse_arm('base=') == ('base', [])
+  assert parse_arm('m=model.pooling=mean,train.layer_decay=0.8') == (
+      'm', ['--config.model.pooling=mean', '--config.train.layer_decay=0.8'])
