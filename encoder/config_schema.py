@@ -411,6 +411,17 @@ def complete(saved: dict) -> dict:
   return _merged(schema, {**saved, 'model': model})
 
 
+def head_pooling(saved: dict) -> str:
+  """How a fine-tuned sentence-level head pools a run's encoder unless the fine-tuning config
+  sets model.pooling: the run's own model.pooling, except for a model imported from
+  sentence-transformers, whose encoder was trained to be read by its pipeline's pooling (mean
+  for all-MiniLM-L6-v2): its heads read it the same way (docs/finetuning.md measures it)."""
+  embed = saved.get('embed') or {}
+  if embed.get('sentence_transformers') and embed.get('pooling') in ('cls', 'mean'):
+    return embed['pooling']
+  return (saved.get('model') or {}).get('pooling') or 'cls'
+
+
 def read_saved(workdir: str) -> dict:
   """A run's config.json, `complete`d: what resume, `init_from`, `encoder.load` and the sweep
   and suite readers see of a run written by any version."""

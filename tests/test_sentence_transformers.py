@@ -149,3 +149,23 @@ def test_a_contrastive_run_keeps_the_imported_pipeline_and_exports_it(tmp_path):
     from sentence_transformers import SentenceTransformer
     theirs = SentenceTransformer(str(tmp_path / 'out'), device='cpu').encode(TEXTS)
     np.testing.assert_allclose(model.embed(TEXTS), theirs, atol=1e-5)
+
+
+def test_fine_tuning_an_imported_model_pools_as_its_pipeline_unless_told(tmp_path):
+  """A classifier from a sentence-transformers import reads the encoder by the pipeline's
+  pooling (mean here); an explicit model.pooling wins; a plain HF import keeps [CLS]; the
+  converted model's own pooled_output stays HF's (its config is unchanged)."""
+  from encoder import configs
+  from encoder.train.resolve import resolve_config
+  from_hf(_st_dir(tmp_path, pooling='pooling_mode_mean_tokens'), str(tmp_path / 'st_run'))
+  from_hf(TINY, str(tmp_path / 'plain_run'))
+
+  def pooling(run, *overrides):
+    config = configs.load_experiment('classify_sst2:smoke')
+    configs.apply_overrides(config, [f'init_from={tmp_path / run}', *overrides])
+    return resolve_config(config).model.pooling
+
+  assert pooling('st_run') == 'mean'
+  assert pooling('st_run', 'model.pooling=cls') == 'cls'
+  assert pooling('plain_run') == 'cls'
+  assert encoder.load(str(tmp_path / 'st_run')).model_config.pooling == 'cls'

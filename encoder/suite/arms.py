@@ -55,8 +55,8 @@ def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -
 
 def fair_pooling(arm: Arm) -> Arm:
   """The arm with its pooling stated, and set to the tokens' mean for a causal encoder."""
-  model = config_schema.read_saved(arm.run_dir)['model']
-  pooling = model.get('pooling') or 'cls'
+  saved = config_schema.read_saved(arm.run_dir)
+  model, pooling = saved['model'], config_schema.head_pooling(saved)
   if model.get('attention') != 'causal' or pooling == 'mean':
     return dataclasses.replace(arm, pooling=pooling)
   kept = tuple(o for o in arm.overrides if not o.startswith('model.pooling='))

@@ -99,6 +99,8 @@ def origin_fields(config) -> dict[str, Any]:
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
             if saved[key] is not None and config.model[key] != saved[key]
             and not ((keep_set or key in HEAD_FIELDS) and config.model[key] is not None)}
+  if config.init_from and config.model.pooling is None and config.task != 'pretraining':
+    fields['model.pooling'] = config_schema.head_pooling(saved_config)  # the head's reading
   # How the origin makes sentence vectors (an imported sentence-transformers model's pooling,
   # normalisation, length), unless this config sets a value of its own.
   default = config_schema.embed_section()
