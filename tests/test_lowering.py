@@ -161,6 +161,7 @@ def test_modern_packed_encode_lowers_for_cuda_and_tpu(impl):
   assert 'cosine' in text and 'sine' in text  # the rotary tables, from the positions given
 
 
+@pytest.mark.slow  # the modern paths lower at small size in the default suite (above)
 def test_mlm_modern_base_lowers_at_its_size_with_stable_adamw_and_wsd():
   # The real experiment (22 layers, 1024 tokens, StableAdamW, warmup-stable-decay), abstract
   # shapes only: one row per device, on the FSDP mesh as a pod would run it, and under pmap.

@@ -105,6 +105,7 @@ def retried_since(before: dict, *kinds: str) -> int:
   return sum(now.get(k, 0) - before.get(k, 0) for k in kinds)
 
 
+@pytest.mark.slow  # the retry itself is tested in tests/train/test_store_faults.py
 def test_checkpoint_retries_are_counted(cloud_env, gcs_emulator, monkeypatch):
   """A checkpoint saved through 30% of 503s: tensorstore retries the arrays' requests and gcsfs
   Orbax's metadata requests, each inside itself; store_retry.counts() holds both, one per 503

@@ -68,6 +68,7 @@ def test_a_branch_that_changes_the_model_shape_fails_in_one_line(tmp_path, corpu
   assert '\n' not in str(e.value)
 
 
+@pytest.mark.slow  # exact resume is the default suite's in test_trainer; this adds the schedule
 def test_mask_rate_schedule_resumes_exactly_and_masks_at_each_steps_rate(
     tmp_path, corpus, cache_dir):
   schedule = ('train.num_steps=6', 'data.mask_rate=0.4', 'data.mask_rate_schedule=steps',

@@ -147,6 +147,7 @@ def test_trainer_on_fsdp_mesh_resumes_a_pmap_run_exactly(tmp_path, corpus, cache
   np.testing.assert_allclose([switched[s] for s in straight], list(straight.values()), rtol=2e-5)
 
 
+@pytest.mark.slow  # a memory property, close to a benchmark; the FSDP values are checked above
 def test_fsdp_activations_take_no_more_memory_than_data_parallel():
   # Without the activations' logical constraints, XLA spread the weights' fsdp split into the
   # activations and the step's temporaries doubled (tiny BERT) or more (BERT-large).

@@ -98,6 +98,9 @@ def test_two_sequence_length_phases_resume_exactly_across_the_switch(tmp_path, c
   assert losses(tmp_path / 'resumed') == losses(tmp_path / 'straight')
 
 
+# Slow: preemption stays in the default suite through test_kill_resume (killed mid-write) and
+# test_stop_and_resume_gives_the_uninterrupted_metrics; this one adds the SIGTERM handler.
+@pytest.mark.slow
 def test_sigterm_saves_and_the_same_command_resumes(tmp_path, corpus, cache_dir):
   args = ('train.num_steps=150', 'train.checkpoint_every=1000', 'train.eval_every=1000',
           'train.log_every=1')
