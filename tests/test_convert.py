@@ -168,6 +168,7 @@ def test_trained_smoke_model_exports_to_hf(tmp_path_factory, tmp_path):
   assert np.abs(ours - out.prediction_logits.numpy())[real].max() < 1e-4
 
 
+@pytest.mark.slow  # in-process: tests/train/test_finetune_recipe.py starts a run from one
 def test_training_starts_from_a_converted_checkpoint(tiny, tmp_path_factory):
   workdir = str(tmp_path_factory.getbasetemp() / 'smoke' / 'from_tiny')
   os.makedirs(os.path.dirname(workdir), exist_ok=True)

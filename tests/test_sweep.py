@@ -92,6 +92,7 @@ def test_bad_specs_fail_before_any_run(spec, message, tmp_path):
   assert not (tmp_path / 's').exists()
 
 
+@pytest.mark.slow  # the suite's reruns (tests/suite) go through the same status records
 def test_failures_are_recorded_finished_runs_skipped_interrupted_runs_resumed(
     tmp_path, corpus, cache_dir):
   sweep_dir = str(tmp_path / 'sweep')

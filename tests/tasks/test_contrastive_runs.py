@@ -106,10 +106,10 @@ def test_summed_microbatches_would_differ_so_gradcache_is_what_matches():
   assert abs(whole - split) > 1e-3
 
 
-# The scored and BEIR layouts are slow (~15-20 s each on 2 cores); their readers are tested in
-# tests/data/finetune/test_text_pairs.py.
-@pytest.mark.parametrize('experiment', ['embed_nli', *(pytest.param(e, marks=pytest.mark.slow)
-                                                       for e in ('embed_stsb', 'embed_beir'))])
+# Slow (9-20 s each on 2 cores): the layouts' readers are tested in
+# tests/data/finetune/test_text_pairs.py, and the NLI triplets train in the device test above.
+@pytest.mark.slow
+@pytest.mark.parametrize('experiment', ['embed_nli', 'embed_stsb', 'embed_beir'])
 def test_each_layout_trains_and_is_judged(tmp_path, experiment):
   """Triplets (JSONL), scored pairs (TSV, CoSENT: loss chosen from the data), BEIR folders:
   a smoke run trains, evaluates whole eval sets, and the run embeds with `encoder.load`."""

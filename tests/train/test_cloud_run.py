@@ -39,7 +39,8 @@ def bucket_corpus(bucket: str, corpus) -> str:
   return f'{bucket}/corpus/*.txt'
 
 
-@BOTH
+@pytest.mark.slow  # bucket workdirs stay in the default suite through tests/test_storage.py
+@SLOW_BOTH
 def test_a_bucket_run_stops_at_a_step_resumes_exactly_and_loads(cloud_env, straight, corpus,
                                                                  kind):
   straight, straight_metrics = straight

@@ -4,6 +4,7 @@ bfloat16) on the FSDP mesh: exact resume across a stop, and a checkpoint that lo
 import json
 
 import numpy as np
+import pytest
 
 import encoder
 from tests.train.test_mesh import MESHES
@@ -14,6 +15,9 @@ MODERN = ('model.size=modern_tiny', 'model.local_window=16', 'model.dtype=bfloat
           'train.batch_size=16', *MESHES['fsdp=8'])
 
 
+# Slow: its parts are each in the default suite (FSDP meshes in test_mesh, packed resume in
+# test_packed_pretraining, bf16 attention in tests/modules); this is their combination.
+@pytest.mark.slow
 def test_modern_packed_bf16_run_on_fsdp_resumes_exactly(tmp_path, corpus, cache_dir):
   common = (*MODERN, 'train.num_steps=4', 'train.eval_every=4', 'train.checkpoint_every=2')
   straight = train(tmp_path / 'straight', corpus, cache_dir, *common)
