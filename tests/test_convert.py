@@ -248,6 +248,23 @@ def test_to_hf_refuses_pre_ln(tiny, tmp_path):
                            'this model does not convert\n')
 
 
+def test_to_hf_refuses_an_nsp_head_that_pools_by_mean(tiny, tmp_path):
+  """BertForPreTraining's NSP reads the pooled [CLS]; a run pretrained with model.pooling=mean
+  would export an NSP head that computes something else."""
+  work = tmp_path / 'mean'
+  shutil.copytree(tiny, work)
+  with open(work / 'config.json') as f:
+    config = json.load(f)
+  config['model']['pooling'] = 'mean'
+  with open(work / 'config.json', 'w') as f:
+    json.dump(config, f)
+  result = _cli('--to-hf', str(work), '--out', str(tmp_path / 'hf'))
+  assert result.returncode == 2 and not (tmp_path / 'hf').exists()
+  assert result.stderr == ("error: Hugging Face's BertForPreTraining cannot express "
+                           "model.pooling=mean (its NSP head reads the [CLS] token; this "
+                           "model's reads the tokens' mean): this model does not convert\n")
+
+
 def test_each_config_json_goes_to_its_family():
   assert driver.family_of({}) is bert.FAMILY  # transformers' BERT configs may omit model_type
   assert driver.family_of({'model_type': 'bert'}) is bert.FAMILY

@@ -246,6 +246,10 @@ class Bert(Family):
     if task:
       return self._head_to_hf(params, cfg, task), HEAD_ARCHITECTURES[task]
     has_mlm, has_nsp = 'mlm' in params, 'nsp_head' in params
+    if has_mlm and has_nsp and cfg.pooling != 'cls':
+      raise CheckpointError(f"Hugging Face's BertForPreTraining cannot express "
+                            f'model.pooling={cfg.pooling} (its NSP head reads the [CLS] token; '
+                            "this model's reads the tokens' mean): this model does not convert")
     architecture = ('BertForPreTraining' if has_mlm and has_nsp else
                     'BertForMaskedLM' if has_mlm else 'BertModel')
     prefix = '' if architecture == 'BertModel' else 'bert.'
