@@ -234,15 +234,20 @@ def test_cli_errors_are_one_line(tiny, tmp_path):
     assert result.stderr.startswith('error: ') and result.stderr.count('\n') == 1, result.stderr
 
 
-def test_to_hf_refuses_pre_ln(tiny, tmp_path):
-  work = tmp_path / 'pre'
+def _to_hf_with_model(tiny, tmp_path, **model) -> subprocess.CompletedProcess:
+  """`--to-hf` of a copy of the converted tiny workdir whose config.json sets `model` fields."""
+  work = tmp_path / 'edited'
   shutil.copytree(tiny, work)
   with open(work / 'config.json') as f:
     config = json.load(f)
-  config['model']['norm'] = 'pre'
+  config['model'].update(model)
   with open(work / 'config.json', 'w') as f:
     json.dump(config, f)
-  result = _cli('--to-hf', str(work), '--out', str(tmp_path / 'hf'))
+  return _cli('--to-hf', str(work), '--out', str(tmp_path / 'hf'))
+
+
+def test_to_hf_refuses_pre_ln(tiny, tmp_path):
+  result = _to_hf_with_model(tiny, tmp_path, norm='pre')
   assert result.returncode == 2
   assert result.stderr == ("error: Hugging Face's BERT cannot express pre-LN (model.norm=pre): "
                            'this model does not convert\n')
@@ -251,14 +256,7 @@ def test_to_hf_refuses_pre_ln(tiny, tmp_path):
 def test_to_hf_refuses_an_nsp_head_that_pools_by_mean(tiny, tmp_path):
   """BertForPreTraining's NSP reads the pooled [CLS]; a run pretrained with model.pooling=mean
   would export an NSP head that computes something else."""
-  work = tmp_path / 'mean'
-  shutil.copytree(tiny, work)
-  with open(work / 'config.json') as f:
-    config = json.load(f)
-  config['model']['pooling'] = 'mean'
-  with open(work / 'config.json', 'w') as f:
-    json.dump(config, f)
-  result = _cli('--to-hf', str(work), '--out', str(tmp_path / 'hf'))
+  result = _to_hf_with_model(tiny, tmp_path, pooling='mean')
   assert result.returncode == 2 and not (tmp_path / 'hf').exists()
   assert result.stderr == ("error: Hugging Face's BertForPreTraining cannot express "
                            "model.pooling=mean (its NSP head reads the [CLS] token; this "

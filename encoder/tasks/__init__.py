@@ -7,7 +7,9 @@ never branches on which task it runs. Adding a head is a module here plus an ent
 
 from __future__ import annotations
 
+import functools
 import importlib
+import types
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -74,6 +76,14 @@ class Task(Protocol):
 
 MEMBERS = tuple(name for name in (*vars(Task), *Task.__annotations__)
                 if not name.startswith('_'))
+
+
+def with_loss_settings(module_globals: dict, loss, **settings):
+  """A task module (its `globals()`) with `settings` bound into its `loss_and_metrics`: what a
+  module's `bind(config)` returns, since the step calls the loss without the run's config."""
+  bound = types.SimpleNamespace(**{k: module_globals[k] for k in MEMBERS})
+  bound.loss_and_metrics = functools.partial(loss, **settings)
+  return bound
 
 
 def get_task(name: str, config=None) -> Task:

@@ -12,9 +12,7 @@ one's [CLS] (`cls_positions`), so logits, labels and weights are [rows, slots] t
 
 from __future__ import annotations
 
-import functools
 import math
-import types
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +23,7 @@ from encoder.data.finetune import file_readers, finetuning_data, packing, tfds_e
 from encoder.errors import DataError
 from encoder.modules.config import model_config
 from encoder.modules.task_models import BertForClassification, target_scale
-from encoder.tasks import MEMBERS, metrics, task_inputs
+from encoder.tasks import metrics, task_inputs, with_loss_settings
 
 WEIGHTS = ('weight',)
 
@@ -45,10 +43,8 @@ def bind(config):
   """The task with a regression run's target scale bound into its loss: with
   `data.standardize_targets` the squared error is taken in standard deviations, so training
   is exactly that on standardised targets (the model's output stays in the targets' units)."""
-  bound = types.SimpleNamespace(**{k: globals()[k] for k in MEMBERS})
-  std = target_scale(config.data)['target_std']
-  bound.loss_and_metrics = functools.partial(loss_and_metrics, target_std=std)
-  return bound
+  return with_loss_settings(globals(), loss_and_metrics,
+                            target_std=target_scale(config.data)['target_std'])
 
 
 def dummy_batch(config, batch_size: int = 1) -> dict:

@@ -22,9 +22,6 @@ Pearson correlation of the cosine with the scores.
 
 from __future__ import annotations
 
-import functools
-import types
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +31,7 @@ from encoder.data.finetune import contrastive_data, file_readers, finetuning_dat
 from encoder.errors import ConfigError, DataError
 from encoder.modules.config import model_config
 from encoder.modules.task_models import BertForEmbedding
-from encoder.tasks import MEMBERS, metrics, task_inputs
+from encoder.tasks import metrics, task_inputs, with_loss_settings
 
 LOSSES = ('mnrl', 'cosent')
 POOLINGS = ('mean', 'cls', 'last')
@@ -155,9 +152,7 @@ def bind(config):
   """The task with the run's `contrastive` settings bound into its loss (a module-level task
   has no config; the step calls `loss_and_metrics(outputs, batch, denominators, axis_name)`)."""
   check(config)
-  bound = types.SimpleNamespace(**{k: globals()[k] for k in MEMBERS})
-  bound.loss_and_metrics = functools.partial(loss_and_metrics, settings=config.contrastive)
-  return bound
+  return with_loss_settings(globals(), loss_and_metrics, settings=config.contrastive)
 
 
 def _loss(s) -> str:
