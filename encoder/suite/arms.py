@@ -38,6 +38,7 @@ class Arm:
   run_dir: str
   step: int | None = None
   pooling: str = ''  # how its sentence-level heads pool (fair_pooling)
+  hidden_size: int = 0  # its width: picks BERT's or the compact recipe (catalog.recipe_for)
 
 
 def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -> list[Arm]:
@@ -54,9 +55,10 @@ def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -
 
 
 def fair_pooling(arm: Arm) -> Arm:
-  """The arm with its pooling stated, and set to the tokens' mean for a causal encoder."""
+  """The arm with its pooling and width stated, and pooled by the tokens' mean if causal."""
   saved = config_schema.read_saved(arm.run_dir)
   model, pooling = saved['model'], config_schema.head_pooling(saved)
+  arm = dataclasses.replace(arm, hidden_size=int(model.get('hidden_size') or 0))
   if model.get('attention') != 'causal' or pooling == 'mean':
     return dataclasses.replace(arm, pooling=pooling)
   kept = tuple(o for o in arm.overrides if not o.startswith('model.pooling='))

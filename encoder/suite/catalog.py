@@ -7,6 +7,12 @@ epochs, 10% linear warmup, and the learning rate picked on dev from {5e-5, 4e-5,
 With `suite.lr_grid=false` (the default: one fine-tuning run per seed) each task uses its
 default rate, the one the experiment ships (Hugging Face run_glue's 2e-5 for GLUE, 5e-5 for
 CoNLL, run_squad's 3e-5 for SQuAD).
+
+Compact encoders (narrower than BERT-base's 768) get the recipe Google published with its 24
+small BERTs (Turc et al., 2019, "Well-Read Students Learn Better"; google-research/bert README):
+4 epochs, learning rate from {3e-4, 1e-4, 5e-5, 3e-5}, default 1e-4. At BERT's 2e-5 a 6-layer,
+384-wide model barely moves in 3 epochs (docs/finetuning.md measures it). `suite.recipe=auto`
+picks by each arm's width; `bert` or `compact` forces one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ import dataclasses
 from encoder.errors import ConfigError
 
 BERT_GLUE_GRID = (5e-5, 4e-5, 3e-5, 2e-5)
+COMPACT_GRID = (3e-4, 1e-4, 5e-5, 3e-5)
+COMPACT_BELOW_WIDTH = 768  # BERT-base's hidden size: narrower encoders are compact
+RECIPES = ('auto', 'bert', 'compact')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +34,13 @@ class Recipe:
   batch_size: int = 32
   num_epochs: float = 3.0
   warmup_fraction: float = 0.1
+
+  def compact(self) -> Recipe:
+    """The small-BERT recipe for this task (same batch and warmup; a rate of 0 stays 0: the
+    embedding tasks do not fine-tune)."""
+    if not self.learning_rate:
+      return self
+    return dataclasses.replace(self, learning_rate=1e-4, lr_grid=COMPACT_GRID, num_epochs=4.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +57,9 @@ class SuiteTask:
   recipe: Recipe
   header_lines: int = 1  # lines before the examples (CoLA's GLUE files have none)
   label: str = ''  # the column title in tables
+  # The training file holds every phrase of each sentence's parse tree (SST-2): a held-out
+  # slice is whole sentences, their phrases out of training (sentence_split.py).
+  phrase_tree: bool = False
 
   @property
   def kind(self) -> str:
@@ -55,14 +74,14 @@ class SuiteTask:
 
 
 def _glue(name: str, folder: str, metrics: tuple[str, ...], label: str, dev: str = 'dev.tsv',
-          header_lines: int = 1) -> SuiteTask:
+          header_lines: int = 1, phrase_tree: bool = False) -> SuiteTask:
   return SuiteTask(name, f'classify_{name}', 'glue', f'{folder}/train.tsv', f'{folder}/{dev}',
-                   metrics, Recipe(2e-5, BERT_GLUE_GRID), header_lines, label)
+                   metrics, Recipe(2e-5, BERT_GLUE_GRID), header_lines, label, phrase_tree)
 
 
 TASKS = {t.name: t for t in (
     _glue('cola', 'CoLA', ('mcc',), 'CoLA mcc', header_lines=0),
-    _glue('sst2', 'SST-2', ('accuracy',), 'SST-2 acc'),
+    _glue('sst2', 'SST-2', ('accuracy',), 'SST-2 acc', phrase_tree=True),
     _glue('mrpc', 'MRPC', ('f1', 'accuracy'), 'MRPC F1/acc'),
     _glue('stsb', 'STS-B', ('pearson', 'spearman'), 'STS-B P/S'),
     _glue('qqp', 'QQP', ('f1', 'accuracy'), 'QQP F1/acc'),
@@ -81,6 +100,25 @@ TASKS = {t.name: t for t in (
 GLUE = ('cola', 'sst2', 'mrpc', 'stsb', 'qqp', 'mnli', 'qnli', 'rte')  # WNLI left out, as BERT
 SUITES = {'glue': GLUE, 'ner': ('conll2003',), 'squad': ('squad',),
           'all': (*GLUE, 'conll2003', 'squad'), 'embed': ('sts', 'beir')}
+
+
+RECIPE_TEXT = {'bert': "BERT's (3 epochs; lr 2e-5 GLUE, 5e-5 CoNLL, 3e-5 SQuAD)",
+               'compact': 'compact (Turc et al., 2019: 4 epochs, lr 1e-4)'}
+
+
+def recipe_name(choice: str, hidden_size: int) -> str:
+  """'bert' or 'compact': what `suite.recipe=choice` gives an arm of `hidden_size`."""
+  if choice not in RECIPES:
+    raise ConfigError(f"suite.recipe={choice!r}: expected one of {', '.join(RECIPES)}")
+  if choice == 'auto':
+    return 'compact' if 0 < hidden_size < COMPACT_BELOW_WIDTH else 'bert'
+  return choice
+
+
+def recipe_for(task: SuiteTask, choice: str, hidden_size: int) -> Recipe:
+  """The recipe an arm of `hidden_size` fine-tunes `task` with under `suite.recipe=choice`."""
+  compact = recipe_name(choice, hidden_size) == 'compact'
+  return task.recipe.compact() if compact else task.recipe
 
 
 def suite_tasks(name: str, experiment=None, task_list: str = '') -> list[SuiteTask]:

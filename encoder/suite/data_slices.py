@@ -4,11 +4,13 @@ hand: `suite.dev_set=auto`, the default, decides per task; `official` or `heldou
 
 The slice is a seeded shuffle of the file's units (table rows, CoNLL sentences, SQuAD
 paragraphs): the first `heldout_fraction` (at most `dev_size`) are the dev set, the rest (at
-most `train_size`) the training set. Units are written back verbatim (header, byte-order mark
-and all), so the runs read the files as GLUE ships them. The slices are written once, into a
-folder named by the settings and the source file's size, and every arm, seed and rerun reads
-the same ones. With an official dev file, `train_size` still caps the training file (a
-seeded sample of it, written the same way).
+most the task's cap: `train_sizes`, else `train_size`) the training set. Units are written
+back verbatim (header, byte-order mark and all), so the runs read the files as GLUE ships
+them. The slices are written once, into a folder named by the settings and the source file's
+size, and every arm, seed and rerun reads the same ones. With an official dev file, the cap
+still applies to the training file (a seeded sample of it, written the same way). SST-2's
+file holds every phrase of each sentence's parse tree: its slice is whole sentences, and their
+phrases leave training (sentence_split.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import os
 import random
 
 from encoder import storage
+from encoder.suite import sentence_split
 from encoder.suite.catalog import SuiteTask
+from encoder.suite.options import train_cap
 
 SOURCE_DIRS = {'glue': 'data_dir', 'conll': 'conll_dir', 'squad': 'squad_dir'}
 
@@ -47,7 +51,7 @@ def task_data(task: SuiteTask, suite, suite_dir: str) -> TaskData:
   if mode == 'official' and not storage.isfile(dev):
     return TaskData(missing=f'no {dev} (suite.dev_set=official)')
   official = mode == 'official' or (mode == 'auto' and storage.isfile(dev))
-  if official and not suite.train_size:
+  if official and not train_cap(task.name, suite):
     return TaskData(train, dev)
   sliced = slices(task, train, suite, os.path.join(suite_dir, 'data'), heldout=not official)
   return dataclasses.replace(sliced, dev=dev) if official else sliced
@@ -58,7 +62,9 @@ def slices(task: SuiteTask, source: str, suite, data_dir: str, heldout: bool = T
   settings = {'source': source, 'bytes': storage.getsize(source),
               'fraction': float(suite.heldout_fraction) if heldout else 0.0,
               'dev_size': int(suite.dev_size) if heldout else 0,
-              'train_size': int(suite.train_size), 'seed': int(suite.split_seed)}
+              'train_size': train_cap(task.name, suite), 'seed': int(suite.split_seed)}
+  if heldout and task.phrase_tree:
+    settings['whole_sentences'] = True
   key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
   folder = os.path.join(data_dir, f'{task.name}-{key}')
   ext = os.path.splitext(task.train_file)[1]
@@ -72,14 +78,18 @@ def slices(task: SuiteTask, source: str, suite, data_dir: str, heldout: bool = T
                                            task.header_lines)
   order = list(range(len(units)))
   random.Random(int(suite.split_seed)).shuffle(order)
-  n_dev = 0
-  if heldout:
-    n_dev = max(1, round(len(units) * float(suite.heldout_fraction)))
-    if suite.dev_size:
-      n_dev = min(n_dev, int(suite.dev_size))
-  dev, train = order[:n_dev], order[n_dev:]
-  if suite.train_size:
-    train = train[:int(suite.train_size)]
+  if heldout and task.phrase_tree:  # SST-2: the text is the first column
+    dev, train = sentence_split.split([u.split('\t')[0] for u in units], order,
+                                      float(suite.heldout_fraction), int(suite.dev_size))
+  else:
+    n_dev = 0
+    if heldout:
+      n_dev = max(1, round(len(units) * float(suite.heldout_fraction)))
+      if suite.dev_size:
+        n_dev = min(n_dev, int(suite.dev_size))
+    dev, train = order[:n_dev], order[n_dev:]
+  if settings['train_size']:
+    train = train[:settings['train_size']]
   storage.makedirs(folder)
   for path, picked in ((paths.train, train), (paths.dev, dev)):
     if path:

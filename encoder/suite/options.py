@@ -7,6 +7,7 @@ from ml_collections import config_dict
 
 from encoder import configs
 from encoder.errors import ConfigError
+from encoder.suite.catalog import TASKS, recipe_name
 
 DEV_SETS = ('auto', 'official', 'heldout')
 
@@ -29,7 +30,11 @@ def suite_config() -> config_dict.ConfigDict:
   s.heldout_fraction = 0.1
   s.dev_size = 0  # at most this many dev examples (0: all the slice holds)
   s.train_size = 0  # at most this many training examples (0: all): budgets for small machines
+  s.train_sizes = ''  # per-task caps that beat train_size, e.g. 'sst2=20000,conll2003=5000'
   s.split_seed = 0
+  # Each arm's recipe (catalog.py): bert (Devlin et al.: 3 epochs, lr 2e-5 GLUE), compact
+  # (Turc et al.'s small BERTs: 4 epochs, lr 1e-4), or auto: compact below BERT-base's width.
+  s.recipe = 'auto'
   s.lr_grid = False  # the recipe's learning-rate grid (best median on dev), else its one rate
   s.parallel = 1  # runs at once; above 1, each in its own process with a share of the host
   s.checkpoints = 'last'  # on a pretraining run: last | all | STEP,STEP
@@ -62,4 +67,22 @@ def build(overrides: list[str]) -> config_dict.ConfigDict:
   if config.suite.dev_set not in DEV_SETS:
     raise ConfigError(f"suite.dev_set={config.suite.dev_set!r}: expected one of "
                       f"{', '.join(DEV_SETS)}")
+  recipe_name(config.suite.recipe, 0)  # an unknown recipe fails here
+  train_caps(config.suite)  # a mistyped per-task cap fails before any run starts
   return config
+
+
+def train_caps(suite) -> dict[str, int]:
+  """`suite.train_sizes` ('sst2=20000,conll2003=5000') as {task: cap}."""
+  caps = {}
+  for item in (i.strip() for i in str(suite.train_sizes).split(',') if i.strip()):
+    name, _, value = item.partition('=')
+    if name.strip() not in TASKS or not value.strip().isdigit():
+      raise ConfigError(f"suite.train_sizes: '{item}' is not TASK=N (tasks: {', '.join(TASKS)})")
+    caps[name.strip()] = int(value)
+  return caps
+
+
+def train_cap(task: str, suite) -> int:
+  """At most this many training examples for `task` (0: all): its own cap, else train_size."""
+  return train_caps(suite).get(task, int(suite.train_size))

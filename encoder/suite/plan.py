@@ -17,7 +17,7 @@ import os
 
 from encoder import configs
 from encoder.suite.arms import Arm
-from encoder.suite.catalog import SuiteTask
+from encoder.suite.catalog import Recipe, SuiteTask, recipe_for
 from encoder.suite.data_slices import TaskData
 
 # Evaluate once, after the last step (the trainer always evaluates then): intermediate evals
@@ -46,8 +46,7 @@ class RunSpec:
     return dataclasses.asdict(self)
 
 
-def task_overrides(task: SuiteTask, data: TaskData, learning_rate: float) -> list[str]:
-  r = task.recipe
+def task_overrides(r: Recipe, data: TaskData, learning_rate: float) -> list[str]:
   overrides = [f'train.learning_rate={learning_rate}', f'train.batch_size={r.batch_size}',
                f'train.num_epochs={r.num_epochs}', f'train.warmup_fraction={r.warmup_fraction}',
                f'train.eval_every={EVAL_ONCE}']
@@ -56,8 +55,8 @@ def task_overrides(task: SuiteTask, data: TaskData, learning_rate: float) -> lis
   return overrides
 
 
-def learning_rates(task: SuiteTask, grid: bool) -> tuple[float, ...]:
-  return task.recipe.lr_grid if grid else (task.recipe.learning_rate,)
+def learning_rates(recipe: Recipe, grid: bool) -> tuple[float, ...]:
+  return recipe.lr_grid if grid else (recipe.learning_rate,)
 
 
 def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
@@ -68,11 +67,15 @@ def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
   grid = bool(suite.lr_grid)
   for task, data in tasks:
     base = configs.load_experiment(task.experiment)
-    for lr in learning_rates(task, grid):
+    recipes = {arm.name: recipe_for(task, suite.recipe, arm.hidden_size) for arm in arms}
+    rates = dict.fromkeys(lr for r in recipes.values() for lr in learning_rates(r, grid))
+    for lr in rates:
       for arm in arms:
+        if lr not in learning_rates(recipes[arm.name], grid):
+          continue  # the arms' recipes differ (a sweep over widths): each runs its own rates
         for seed in range(int(suite.seeds)):
-          overrides = (*arm.overrides, *task_overrides(task, data, lr), f'train.seed={seed}',
-                       *user_overrides)
+          overrides = (*arm.overrides, *task_overrides(recipes[arm.name], data, lr),
+                       f'train.seed={seed}', *user_overrides)
           configs.apply_overrides(copy.deepcopy(base), list(overrides))  # refused now, not later
           tag = f'-lr{lr:g}' if grid else ''
           name = f'{arm.name}/{task.name}{tag}-seed{seed}'

@@ -25,7 +25,7 @@ from encoder.suite import (
   results,
   suite_report,
 )
-from encoder.suite.catalog import suite_tasks
+from encoder.suite.catalog import RECIPE_TEXT, recipe_name, suite_tasks
 from encoder.suite.execute import run_all
 from encoder.sweep.report import write_report as write_sweep_report
 from encoder.train.trainer import setup_logging
@@ -77,7 +77,9 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
           'dev_sets': _dev_text(suite, present), 'budget': _budget_text(suite, run_overrides),
           'overrides': run_overrides, 'tasks': [t.name for t, _ in present],
-          'pooling': {arm.name: arm.pooling for arm in arms}}
+          'pooling': {arm.name: arm.pooling for arm in arms},
+          'recipes': {arm.name: RECIPE_TEXT[recipe_name(suite.recipe, arm.hidden_size)]
+                      for arm in arms}}
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:
@@ -107,12 +109,16 @@ def _dev_text(suite, present) -> str:
   caps = f', at most {suite.dev_size}' if suite.dev_size else ''
   parts = [f'the official dev files ({", ".join(official)})'] if official else []
   if heldout:
+    whole = [task.name for task, data in present
+             if data.dev_source == 'heldout' and task.phrase_tree]
     parts.append(f'a held-out {suite.heldout_fraction:g} of the training file{caps} '
-                 f'(split seed {suite.split_seed}; {", ".join(heldout)})')
+                 f'(split seed {suite.split_seed}; {", ".join(heldout)}'
+                 + (f'; {", ".join(whole)} by whole sentences' if whole else '') + ')')
   return '; '.join(parts) or 'none'
 
 
 def _budget_text(suite, run_overrides: list[str]) -> str:
   parts = [f'train examples <= {suite.train_size}' if suite.train_size else 'all train examples']
+  parts += [f'{task} <= {cap}' for task, cap in options.train_caps(suite).items()]
   parts += run_overrides or ["each task's recipe"]
   return ', '.join(parts)

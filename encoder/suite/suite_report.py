@@ -55,6 +55,9 @@ def markdown(summary: dict) -> str:
   if summary.get('pooling'):
     lines[-1:-1] = ['Pooling of the sentence-level heads: ' + '; '.join(
         f'{arm} {how}' for arm, how in summary['pooling'].items()) + '.']
+  if summary.get('recipes'):
+    lines[-1:-1] = ['Recipe (each row states its learning rate and steps as run): ' + '; '.join(
+        f'{arm} {how}' for arm, how in summary['recipes'].items()) + '.']
   header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for arm, a in summary['arms'].items():

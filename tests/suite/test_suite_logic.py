@@ -53,19 +53,20 @@ def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_
                                                                             fake_trainer):
   run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'num_layers': 2, 'norm': 'pre'})
   summary = _suite(tmp_path, 'train.learning_rate=1e-3', run=run)
-  # The report states the rate and budget as run, the user's override, not the recipe's 2e-5.
+  # The report states the rate and budget as run, the user's override, not the recipe's (a tiny
+  # model's: the compact 1e-4).
   sst2 = summary['arms']['pretrained']['tasks']['sst2']
   assert sst2['learning_rate'] == 1e-3
   assert sst2['budget']['num_steps'] == 3 and sst2['budget']['batch_size'] == 8
   md = (tmp_path / 'suite' / 'suite.md').read_text()
-  assert '| pretrained | sst2 | accuracy | 0.001 | 3 x 8 |' in md and '2e-05' not in md
+  assert '| pretrained | sst2 | accuracy | 0.001 | 3 x 8 |' in md and '0.0001 |' not in md
   assert ',0.001,' in (tmp_path / 'suite' / 'suite.csv').read_text()
   pretrained = read_status(str(tmp_path / 'suite' / 'pretrained' / 'sst2-seed1'))['overrides']
   assert pretrained[0] == f'init_from={run}'
   assert 'train.seed=1' in pretrained and pretrained[-3:] == ['train.num_steps=3',
                                                               'train.batch_size=8',
                                                               'train.learning_rate=1e-3']
-  assert pretrained.index('train.learning_rate=2e-05') < pretrained.index(
+  assert pretrained.index('train.learning_rate=0.0001') < pretrained.index(
       'train.learning_rate=1e-3')  # the recipe's rate, then the user's
   data = [o for o in pretrained if o.startswith('data.')]
   assert data[0].endswith('/train.tsv') and data[1].endswith('/dev.tsv')
@@ -294,3 +295,50 @@ def test_arm_differences_within_the_seed_range_are_listed_and_marked(tmp_path):
   text = suite_report.markdown(summary)
   assert '- rte: a vs b, medians 1.0 apart, seed range 6.0' in text
   assert '| d | 63.0 † |' in text and '`d/rte` did not learn' in text
+
+
+def test_a_compact_arm_gets_the_small_bert_recipe_and_the_report_says_which(tmp_path,
+                                                                             fake_trainer):
+  def ran(width, *extra):
+    run = fake_run(tmp_path / f'run{width}', model={'size': 'tiny', 'hidden_size': width})
+    suite_dir = tmp_path / f'suite{width}{len(extra)}'
+    run_suite('glue', [f'init_from={run}', f'suite.data_dir={write_glue_dir(tmp_path / "g")}',
+                       'suite.seeds=1', 'suite.tasks=sst2', 'train.num_steps=3', *extra],
+              str(suite_dir))
+    runs = sorted(os.listdir(suite_dir / 'pretrained'))
+    overrides = read_status(str(suite_dir / 'pretrained' / runs[0]))['overrides']
+    return overrides, (suite_dir / 'suite.md').read_text(), runs
+
+  # 384 wide (MiniLM-L6): Turc et al.'s 4 epochs at 1e-4; the scratch arm shares its width.
+  overrides, md, _ = ran(384)
+  assert 'train.learning_rate=0.0001' in overrides and 'train.num_epochs=4.0' in overrides
+  assert 'pretrained compact (Turc et al., 2019' in md and 'scratch compact' in md
+  assert '| pretrained | sst2 | accuracy | 0.0001 |' in md
+  overrides, md, _ = ran(768)  # BERT-base's width: BERT's recipe
+  assert 'train.learning_rate=2e-05' in overrides and 'train.num_epochs=3.0' in overrides
+  assert "pretrained BERT's (3 epochs" in md
+  overrides, _, _ = ran(384, 'suite.recipe=bert')  # forced
+  assert 'train.learning_rate=2e-05' in overrides
+  _, _, runs = ran(768, 'suite.recipe=compact', 'suite.lr_grid=true')  # forced, with its grid
+  assert runs == ['sst2-lr0.0001-seed0', 'sst2-lr0.0003-seed0', 'sst2-lr3e-05-seed0',
+                  'sst2-lr5e-05-seed0']
+  with pytest.raises(ConfigError, match="suite.recipe='small': expected one of auto, bert"):
+    ran(384, 'suite.recipe=small')
+
+
+def test_per_task_train_caps_beat_train_size_and_a_mistyped_task_stops_first(tmp_path,
+                                                                            fake_trainer):
+  data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
+  summary = _suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30',
+                   'suite.train_sizes=sst2=12', data_dir=data_dir)
+  rows = {}
+  for folder in os.listdir(tmp_path / 'suite' / 'data'):
+    info = json.loads((tmp_path / 'suite' / 'data' / folder / 'slice.json').read_text())
+    rows[folder.split('-')[0]] = info['train_units']
+  assert rows == {'sst2': 12, 'mrpc': 30}
+  assert 'train examples <= 30, sst2 <= 12' in summary['budget']
+  fake_trainer.calls.clear()
+  for bad in ('sst3=12', 'sst2=many'):
+    with pytest.raises(ConfigError, match=f"suite.train_sizes: '{bad}' is not TASK=N"):
+      _suite(tmp_path, f'suite.train_sizes={bad}', data_dir=data_dir)
+  assert fake_trainer.calls == []
