@@ -11,8 +11,10 @@ CoNLL, run_squad's 3e-5 for SQuAD).
 Compact encoders (narrower than BERT-base's 768) get the recipe Google published with its 24
 small BERTs (Turc et al., 2019, "Well-Read Students Learn Better"; google-research/bert README):
 4 epochs, learning rate from {3e-4, 1e-4, 5e-5, 3e-5}, default 1e-4. At BERT's 2e-5 a 6-layer,
-384-wide model barely moves in 3 epochs (docs/finetuning.md measures it). `suite.recipe=auto`
-picks by each arm's width; `bert` or `compact` forces one.
+384-wide model barely moves in 3 epochs (docs/finetuning.md measures it). Turc et al. tuned on
+GLUE; CoNLL and SQuAD take the same recipe (CoNLL-2003 measured 0.915 entity F1 with it, the
+imported MiniLM-L6). `suite.recipe=auto` picks by each arm's width; `bert` or `compact` forces
+one.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ RECIPE_TEXT = {'bert': "BERT's (3 epochs; lr 2e-5 GLUE, 5e-5 CoNLL, 3e-5 SQuAD)"
 
 
 def recipe_name(choice: str, hidden_size: int) -> str:
-  """'bert' or 'compact': what `suite.recipe=choice` gives an arm of `hidden_size`."""
+  """'bert' or 'compact': what `suite.recipe=choice` gives an arm of `hidden_size` (a width of
+  0, unknown, keeps BERT's under auto)."""
   if choice not in RECIPES:
     raise ConfigError(f"suite.recipe={choice!r}: expected one of {', '.join(RECIPES)}")
   if choice == 'auto':

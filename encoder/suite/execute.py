@@ -4,7 +4,9 @@ Each run's outcome is its workdir's `run_status.json` (the sweep's record, writt
 after every attempt): `done` with the final dev metrics, `failed` with a one-line error, or
 `interrupted`. A rerun of the suite skips `done` runs whose metrics reach their last step and
 starts every other one again in its own workdir, where the trainer resumes from its newest
-checkpoint. A failed run never stops the others.
+checkpoint. A failed run never stops the others. A run recorded with other settings than the
+plan's (another recipe, rate, budget or data slice) stops the rerun before it starts
+(`refuse_stale_runs`): its score would not be the table's.
 
 `suite.parallel=1` runs them one after another in this process. `suite.parallel=N` runs N at
 once, each a `python -m encoder.suite.worker` process with its share of the host
@@ -26,7 +28,7 @@ import time
 import traceback
 
 from encoder import storage
-from encoder.errors import EncoderError
+from encoder.errors import ConfigError, EncoderError
 from encoder.suite.plan import RunSpec
 from encoder.sweep.status import finished, read_status, write_status
 from encoder.train.metric_writer import read_metrics
@@ -35,6 +37,29 @@ log = logging.getLogger('encoder')
 
 SPEC_FILE = 'suite_run.json'
 LOG_FILE = 'suite_run.log'
+
+
+def refuse_stale_runs(runs: list[RunSpec], suite_dir: str) -> None:
+  """Stops a rerun whose folder holds a run made with other settings (another recipe, rate,
+  budget or data slice): skipping it would put its old score in the new table, resuming it
+  would train its checkpoint on under new settings. No run is touched; a new folder is."""
+  for spec in runs:
+    ran = read_status(spec.workdir).get('overrides')
+    if ran is None:
+      continue
+    before, now = _settings(ran), _settings(spec.overrides)
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    if changed:
+      ran_text, now_text = (', '.join(f'{k}={s[k]}' for k in changed if k in s) or 'nothing'
+                            for s in (before, now))
+      raise ConfigError(f'suite folder {suite_dir} holds {spec.name} run with other settings '
+                        f'(ran {ran_text}; now {now_text}): pass a new --workdir (no run '
+                        'was touched)')
+
+
+def _settings(overrides) -> dict[str, str]:
+  """key -> value as applied (the last of a key wins)."""
+  return {k.strip(): v.strip() for k, _, v in (o.partition('=') for o in overrides)}
 
 
 def is_done(spec: RunSpec) -> bool:

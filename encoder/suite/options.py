@@ -73,13 +73,18 @@ def build(overrides: list[str]) -> config_dict.ConfigDict:
 
 
 def train_caps(suite) -> dict[str, int]:
-  """`suite.train_sizes` ('sst2=20000,conll2003=5000') as {task: cap}."""
-  caps = {}
+  """`suite.train_sizes` ('sst2=20000,conll2003=5000') as {task: cap}; a cap of 0 is all."""
+  caps: dict[str, int] = {}
   for item in (i.strip() for i in str(suite.train_sizes).split(',') if i.strip()):
-    name, _, value = item.partition('=')
-    if name.strip() not in TASKS or not value.strip().isdigit():
-      raise ConfigError(f"suite.train_sizes: '{item}' is not TASK=N (tasks: {', '.join(TASKS)})")
-    caps[name.strip()] = int(value)
+    name, _, value = (part.strip() for part in item.partition('='))
+    try:
+      cap = int(value)
+    except ValueError:
+      cap = -1
+    if name not in TASKS or cap < 0 or name in caps:
+      why = 'twice' if name in caps else f'not TASK=N (tasks: {", ".join(TASKS)})'
+      raise ConfigError(f"suite.train_sizes: '{item}' is {why}")
+    caps[name] = cap
   return caps
 
 

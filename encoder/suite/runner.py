@@ -26,7 +26,7 @@ from encoder.suite import (
   suite_report,
 )
 from encoder.suite.catalog import RECIPE_TEXT, recipe_name, suite_tasks
-from encoder.suite.execute import run_all
+from encoder.suite.execute import refuse_stale_runs, run_all
 from encoder.sweep.report import write_report as write_sweep_report
 from encoder.train.trainer import setup_logging
 
@@ -74,12 +74,14 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       print(f"{spec.workdir}  --exp {spec.experiment} "
             + ' '.join(f'--config.{o}' for o in spec.overrides))
     return {}
+  refuse_stale_runs(runs, suite_dir)
+  names = [t.name for t, _ in present]
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
-          'dev_sets': _dev_text(suite, present), 'budget': _budget_text(suite, run_overrides),
-          'overrides': run_overrides, 'tasks': [t.name for t, _ in present],
+          'dev_sets': _dev_text(suite, present),
+          'budget': _budget_text(suite, run_overrides, names),
+          'overrides': run_overrides, 'tasks': names,
           'pooling': {arm.name: arm.pooling for arm in arms},
-          'recipes': {arm.name: RECIPE_TEXT[recipe_name(suite.recipe, arm.hidden_size)]
-                      for arm in arms}}
+          'recipes': {arm.name: _recipe_text(suite, arm, run_overrides) for arm in arms}}
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:
@@ -113,12 +115,25 @@ def _dev_text(suite, present) -> str:
              if data.dev_source == 'heldout' and task.phrase_tree]
     parts.append(f'a held-out {suite.heldout_fraction:g} of the training file{caps} '
                  f'(split seed {suite.split_seed}; {", ".join(heldout)}'
-                 + (f'; {", ".join(whole)} by whole sentences' if whole else '') + ')')
+                 + (f'; {", ".join(whole)}: that fraction of its sentences, whole' if whole
+                    else '') + ')')
   return '; '.join(parts) or 'none'
 
 
-def _budget_text(suite, run_overrides: list[str]) -> str:
+def _budget_text(suite, run_overrides: list[str], tasks: list[str]) -> str:
   parts = [f'train examples <= {suite.train_size}' if suite.train_size else 'all train examples']
-  parts += [f'{task} <= {cap}' for task, cap in options.train_caps(suite).items()]
+  parts += [f'{task} <= {cap}' if cap else f'{task}: all' for task, cap in
+            options.train_caps(suite).items() if task in tasks]
   parts += run_overrides or ["each task's recipe"]
   return ', '.join(parts)
+
+
+RECIPE_KEYS = ('train.learning_rate', 'train.num_epochs', 'train.num_steps', 'train.batch_size',
+               'train.warmup_fraction', 'train.warmup_steps')
+
+
+def _recipe_text(suite, arm, run_overrides: list[str]) -> str:
+  """The arm's recipe, and the command line's overrides of it (they win)."""
+  text = RECIPE_TEXT[recipe_name(suite.recipe, arm.hidden_size)]
+  overridden = [o for o in run_overrides if o.partition('=')[0].strip() in RECIPE_KEYS]
+  return f"{text} with {', '.join(overridden)}" if overridden else text

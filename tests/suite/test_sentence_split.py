@@ -57,4 +57,4 @@ def test_the_suites_sst2_slice_is_whole_sentences(tmp_path, fake_trainer):
   (held,) = read('dev.tsv')
   assert held in TREES
   assert set(read('train.tsv')) == {t for t in _texts() if f' {t} ' not in f' {held} '}
-  assert 'sst2 by whole sentences' in summary['dev_sets']
+  assert 'sst2: that fraction of its sentences, whole' in summary['dev_sets']

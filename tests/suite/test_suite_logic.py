@@ -60,6 +60,8 @@ def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_
   assert sst2['budget']['num_steps'] == 3 and sst2['budget']['batch_size'] == 8
   md = (tmp_path / 'suite' / 'suite.md').read_text()
   assert '| pretrained | sst2 | accuracy | 0.001 | 3 x 8 |' in md and '0.0001 |' not in md
+  assert 'pretrained compact (Turc et al., 2019: 4 epochs, lr 1e-4) with train.num_steps=3, ' \
+         'train.batch_size=8, train.learning_rate=1e-3' in md  # the recipe, as overridden
   assert ',0.001,' in (tmp_path / 'suite' / 'suite.csv').read_text()
   pretrained = read_status(str(tmp_path / 'suite' / 'pretrained' / 'sst2-seed1'))['overrides']
   assert pretrained[0] == f'init_from={run}'
@@ -194,7 +196,8 @@ def test_a_tasks_own_dev_file_is_its_dev_set_where_present_and_train_size_still_
   assert 'official dev files (sst2)' in summary['dev_sets'] and 'mrpc)' in summary['dev_sets']
   with pytest.raises(ConfigError, match='suite.dev_set'):
     _suite(tmp_path, 'suite.dev_set=offical', data_dir=data_dir)
-  missing = _suite(tmp_path, 'suite.dev_set=official', 'suite.seeds=1', data_dir=data_dir)
+  missing = _suite(tmp_path / 'official', 'suite.dev_set=official', 'suite.seeds=1',
+                   data_dir=data_dir)
   assert 'suite.dev_set=official' in missing['missing']['mrpc']
 
 
@@ -337,8 +340,50 @@ def test_per_task_train_caps_beat_train_size_and_a_mistyped_task_stops_first(tmp
     rows[folder.split('-')[0]] = info['train_units']
   assert rows == {'sst2': 12, 'mrpc': 30}
   assert 'train examples <= 30, sst2 <= 12' in summary['budget']
+  other = _suite(tmp_path / 'other', 'suite.heldout_fraction=0.2', 'suite.train_size=30',
+                 'suite.train_sizes= mrpc = 2_0 , sst2=0,conll2003=5', data_dir=data_dir)
+  # conll2003 is not in this suite: its cap is not stated
+  assert other['budget'].startswith('train examples <= 30, mrpc <= 20, sst2: all, train.')
   fake_trainer.calls.clear()
-  for bad in ('sst3=12', 'sst2=many'):
-    with pytest.raises(ConfigError, match=f"suite.train_sizes: '{bad}' is not TASK=N"):
-      _suite(tmp_path, f'suite.train_sizes={bad}', data_dir=data_dir)
+  for bad, why in (('sst3=12', 'not TASK=N'), ('sst2=many', 'not TASK=N'),
+                   ('sst2=-1', 'not TASK=N'), ('sst2=3,sst2=4', 'twice')):
+    item = bad.split(',')[-1]
+    with pytest.raises(ConfigError, match=f"suite.train_sizes: '{item}' is {why}"):
+      _suite(tmp_path / 'bad', f'suite.train_sizes={bad}', data_dir=data_dir)
   assert fake_trainer.calls == []
+
+
+def test_a_rerun_with_other_settings_is_refused_and_touches_no_run(tmp_path, fake_trainer):
+  _suite(tmp_path)
+  status = (tmp_path / 'suite' / 'pretrained' / 'sst2-seed0' / 'run_status.json').read_text()
+  fake_trainer.calls.clear()
+  with pytest.raises(ConfigError, match=r'holds pretrained/sst2-seed0 run with other settings '
+                     r'\(ran train.num_steps=3; now train.num_steps=4\): pass a new --workdir'):
+    _suite(tmp_path, 'train.num_steps=4')
+  assert fake_trainer.calls == []
+  assert (tmp_path / 'suite' / 'pretrained' / 'sst2-seed0' / 'run_status.json'
+          ).read_text() == status
+  _suite(tmp_path, 'suite.seeds=3')  # more seeds: the finished runs are kept
+  assert fake_trainer.calls == ['pretrained/sst2-seed2', 'scratch/sst2-seed2',
+                                'pretrained/mrpc-seed2', 'scratch/mrpc-seed2']
+
+
+def test_arms_of_different_widths_each_run_their_own_recipes_grid(tmp_path, fake_trainer):
+  sweep = tmp_path / 'sweep'
+  for name, width in (('narrow', 384), ('wide', 768)):
+    fake_run(sweep / name, model={'size': 'tiny', 'hidden_size': width})
+    write_status(str(sweep / name), {'name': name, 'status': 'done'})
+  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
+  summary = run_suite('glue', [f'init_from={sweep}', f'suite.data_dir={data_dir}',
+                               'suite.seeds=1', 'suite.scratch=false', 'suite.lr_grid=true',
+                               'train.num_steps=3'])
+  suites = sweep / 'suites' / 'glue'
+  assert sorted(os.listdir(suites / 'narrow')) == [
+      'sst2-lr0.0001-seed0', 'sst2-lr0.0003-seed0', 'sst2-lr3e-05-seed0', 'sst2-lr5e-05-seed0']
+  assert sorted(os.listdir(suites / 'wide')) == [
+      'sst2-lr2e-05-seed0', 'sst2-lr3e-05-seed0', 'sst2-lr4e-05-seed0', 'sst2-lr5e-05-seed0']
+  narrow, wide = (summary['arms'][a]['tasks']['sst2'] for a in ('narrow', 'wide'))
+  assert set(narrow['grid_medians']) == {'0.0003', '0.0001', '5e-05', '3e-05'}
+  assert set(wide['grid_medians']) == {'5e-05', '4e-05', '3e-05', '2e-05'}
+  best = max(narrow['grid_medians'], key=narrow['grid_medians'].get)
+  assert narrow['learning_rate'] == float(best)
