@@ -78,16 +78,19 @@ def slices(task: SuiteTask, source: str, suite, data_dir: str, heldout: bool = T
                                            task.header_lines)
   order = list(range(len(units)))
   random.Random(int(suite.split_seed)).shuffle(order)
-  if heldout and task.phrase_tree:  # SST-2: the text is the first column
-    dev, train = sentence_split.split([u.split('\t')[0] for u in units], order,
-                                      float(suite.heldout_fraction), int(suite.dev_size))
-  else:
-    n_dev = 0
-    if heldout:
-      n_dev = max(1, round(len(units) * float(suite.heldout_fraction)))
-      if suite.dev_size:
-        n_dev = min(n_dev, int(suite.dev_size))
-    dev, train = order[:n_dev], order[n_dev:]
+  whole = heldout and task.phrase_tree  # SST-2: dev is whole sentences (the first column)
+  texts = [u.split('\t')[0] for u in units] if whole else []
+  candidates = order
+  if whole:
+    sentences = sentence_split.whole_sentences(texts)
+    candidates = [i for i in order if i in sentences]
+  n_dev = 0
+  if heldout:
+    n_dev = max(1, round(len(candidates) * float(suite.heldout_fraction)))
+    if suite.dev_size:
+      n_dev = min(n_dev, int(suite.dev_size))
+  dev = candidates[:n_dev]
+  train = sentence_split.outside(texts, dev, order) if whole else order[n_dev:]
   if settings['train_size']:
     train = train[:settings['train_size']]
   storage.makedirs(folder)

@@ -36,17 +36,9 @@ def whole_sentences(texts: list[str]) -> set[int]:
   return sentences
 
 
-def split(texts: list[str], order: list[int], fraction: float,
-          dev_size: int = 0) -> tuple[list[int], list[int]]:
-  """(dev, train) indices in `order`'s order: the first `fraction` of the sentences (at most
-  `dev_size`) and every text inside none of them."""
-  sentences = whole_sentences(texts)
-  n_dev = max(1, round(len(sentences) * fraction))
-  if dev_size:
-    n_dev = min(n_dev, dev_size)
-  dev = [i for i in order if i in sentences][:n_dev]
+def outside(texts: list[str], dev: list[int], order: list[int]) -> list[int]:
+  """The indices in `order` whose text lies inside none of the `dev` texts (nor is one)."""
   held: set[str] = set()
   for i in dev:
     held |= spans(texts[i].split())
-  train = [i for i in order if ' '.join(texts[i].split()) not in held]
-  return dev, train
+  return [i for i in order if ' '.join(texts[i].split()) not in held]

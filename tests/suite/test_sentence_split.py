@@ -4,7 +4,7 @@ import os
 import random
 
 from encoder.suite import run_suite
-from encoder.suite.sentence_split import split, whole_sentences
+from encoder.suite.sentence_split import outside, whole_sentences
 from tests.suite.conftest import fake_run
 
 # Two parse trees' phrases, as GLUE's SST-2 lists them (space-tokenised, every sub-phrase a row).
@@ -32,14 +32,14 @@ def test_the_dev_sentences_phrases_leave_training_and_the_rest_stay():
   texts = _texts()
   order = list(range(len(texts)))
   random.Random(3).shuffle(order)
-  dev, train = split(texts, order, fraction=0.34)  # one of three sentences
+  dev = [i for i in order if i in whole_sentences(texts)][:1]  # one of three sentences
+  train = outside(texts, dev, order)
   assert len(dev) == 1 and texts[dev[0]] in TREES
   held = texts[dev[0]]
   assert not set(dev) & set(train)
   # every phrase inside the dev sentence is out of training ('the' too); every other stays
   assert {texts[i] for i in train} == {t for t in texts if f' {t} ' not in f' {held} '}
   assert [i for i in order if i in train] == train  # in the seeded order
-  assert len(split(texts, order, fraction=1.0, dev_size=2)[0]) == 2
 
 
 def test_the_suites_sst2_slice_is_whole_sentences(tmp_path, fake_trainer):
@@ -48,8 +48,8 @@ def test_the_suites_sst2_slice_is_whole_sentences(tmp_path, fake_trainer):
   rows = [f'{t} \t{int("dull" not in t)}' for t in _texts()]
   (root / 'train.tsv').write_text('sentence\tlabel\n' + '\n'.join(rows) + '\n', encoding='utf-8')
   settings = [f"init_from={fake_run(tmp_path / 'run')}", f"suite.data_dir={tmp_path / 'glue'}",
-              'suite.seeds=1', 'suite.scratch=false', 'suite.heldout_fraction=0.34',
-              'train.num_steps=2']
+              'suite.seeds=1', 'suite.scratch=false', 'suite.heldout_fraction=0.9',
+              'suite.dev_size=1', 'train.num_steps=2']
   summary = run_suite('glue', settings, str(tmp_path / 'suite'))
   (folder,) = os.listdir(tmp_path / 'suite' / 'data')
   read = lambda name: [r.split('\t')[0].strip() for r in (  # noqa: E731
