@@ -36,6 +36,11 @@ def suite_config() -> config_dict.ConfigDict:
   # (Turc et al.'s small BERTs: 4 epochs, lr 1e-4), or auto: compact below BERT-base's width.
   s.recipe = 'auto'
   s.lr_grid = False  # the recipe's learning-rate grid (best median on dev), else its one rate
+  # An NLI training file (GLUE's MNLI/train.tsv, or JSONL premise/hypothesis/label): the tasks
+  # of intermediate_tasks fine-tune from each arm first fine-tuned on it (RoBERTa's recipe for
+  # RTE, MRPC and STS-B; intermediate.py). '': from the arm itself.
+  s.intermediate = ''
+  s.intermediate_tasks = 'rte,mrpc,stsb'
   s.parallel = 1  # runs at once; above 1, each in its own process with a share of the host
   s.checkpoints = 'last'  # on a pretraining run: last | all | STEP,STEP
   s.scratch = True  # a baseline arm: the same architecture, randomly initialised
@@ -69,7 +74,19 @@ def build(overrides: list[str]) -> config_dict.ConfigDict:
                       f"{', '.join(DEV_SETS)}")
   recipe_name(config.suite.recipe, 0)  # an unknown recipe fails here
   train_caps(config.suite)  # a mistyped per-task cap fails before any run starts
+  intermediate_tasks(config.suite)
   return config
+
+
+def intermediate_tasks(suite) -> tuple[str, ...]:
+  """The tasks that start from the intermediate NLI run (none without `suite.intermediate`)."""
+  names = tuple(t.strip() for t in str(suite.intermediate_tasks).split(',') if t.strip())
+  tuned = [name for name, task in TASKS.items() if task.fine_tunes]
+  unknown = [n for n in names if n not in tuned]
+  if unknown:
+    raise ConfigError(f"suite.intermediate_tasks: unknown task '{unknown[0]}' (known: "
+                      f"{', '.join(tuned)})")
+  return names if suite.intermediate else ()
 
 
 def train_caps(suite) -> dict[str, int]:

@@ -60,9 +60,12 @@ def learning_rates(recipe: Recipe, grid: bool) -> tuple[float, ...]:
 
 
 def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
-              user_overrides: list[str], suite_dir: str) -> list[RunSpec]:
+              user_overrides: list[str], suite_dir: str,
+              start_points: dict[tuple[str, str], str] | None = None) -> list[RunSpec]:
   """Every run of the suite, in the order they run: task by task, so a task's arms and seeds
-  finish together and the table fills row by row."""
+  finish together and the table fills row by row. `start_points` maps (arm, task) to the run
+  its runs start from instead of the arm's checkpoint (intermediate.py)."""
+  start_points = start_points or {}
   runs = []
   grid = bool(suite.lr_grid)
   for task, data in tasks:
@@ -74,7 +77,10 @@ def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
         if lr not in learning_rates(recipes[arm.name], grid):
           continue  # the arms' recipes differ (a sweep over widths): each runs its own rates
         for seed in range(int(suite.seeds)):
-          overrides = (*arm.overrides, *task_overrides(recipes[arm.name], data, lr),
+          start = start_points.get((arm.name, task.name))
+          own = arm.overrides if start is None else tuple(
+              f'init_from={start}' if o.startswith('init_from=') else o for o in arm.overrides)
+          overrides = (*own, *task_overrides(recipes[arm.name], data, lr),
                        f'train.seed={seed}', *user_overrides)
           configs.apply_overrides(copy.deepcopy(base), list(overrides))  # refused now, not later
           tag = f'-lr{lr:g}' if grid else ''

@@ -111,6 +111,8 @@ def summarise(runs: list[RunSpec], missing: dict[str, str], meta: dict,
                  'average': _mean(list(medians.values()))
                  if medians and None not in medians.values() else None}
   wall = sum(r.get('wall_clock_s') or 0 for r in every)
+  wall += sum(a.get('wall_clock_s') or 0  # the intermediate runs the tasks started from
+              for a in meta.get('intermediate', {}).get('arms', {}).values())
   counts: dict = {}
   for r in every:
     counts[r['status']] = counts.get(r['status'], 0) + 1

@@ -20,6 +20,7 @@ from encoder.suite import (
   compile_cache,
   data_slices,
   embed_suite,
+  intermediate,
   options,
   plan,
   results,
@@ -68,13 +69,17 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       log.info('suite: %s is missing (%s); not run', task.name, data.missing)
     else:
       present.append((task, data))
-  runs = plan.plan_runs(arms, present, suite, run_overrides, suite_dir)
+  first, starts = intermediate.plan(arms, [t.name for t, _ in present], suite, run_overrides,
+                                    suite_dir)
+  start_points = {(arm, task): workdir for arm, workdir in starts.items()
+                  for task in options.intermediate_tasks(suite)}
+  runs = plan.plan_runs(arms, present, suite, run_overrides, suite_dir, start_points)
   if dry_run:
-    for spec in runs:
+    for spec in [*first, *runs]:
       print(f"{spec.workdir}  --exp {spec.experiment} "
             + ' '.join(f'--config.{o}' for o in spec.overrides))
     return {}
-  refuse_stale_runs(runs, suite_dir)
+  refuse_stale_runs([*first, *runs], suite_dir)
   names = [t.name for t, _ in present]
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
           'dev_sets': _dev_text(suite, present),
@@ -85,16 +90,20 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:
+    if first:
+      meta['intermediate'] = intermediate.describe(first, suite)
     summary = results.summarise(runs, missing, meta, steps)
     suite_report.write(suite_dir, summary)
     return summary
 
   log.info('suite %s: %d arm(s) x %d task(s) -> %d run(s) in %s', name, len(arms),
-           len(present), len(runs), suite_dir)
+           len(present), len(first) + len(runs), suite_dir)
   start = time.time()
   write_report()
   with compile_cache.shared(suite_dir, bool(suite.compile_cache)):
-    complete = run_all(runs, int(suite.parallel), bool(suite.keep_weights), write_report)
+    # The intermediate runs first, their weights kept: the runs after them start from them.
+    complete = run_all(first, int(suite.parallel), True, write_report) and run_all(
+        runs, int(suite.parallel), bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
   if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns

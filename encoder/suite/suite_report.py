@@ -58,6 +58,8 @@ def markdown(summary: dict) -> str:
   if summary.get('recipes'):
     lines[-1:-1] = ['Recipe (each row states its learning rate and steps as run): ' + '; '.join(
         f'{arm} {how}' for arm, how in summary['recipes'].items()) + '.']
+  if summary.get('intermediate'):
+    lines[-1:-1] = [_intermediate_text(summary['intermediate'])]
   header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for arm, a in summary['arms'].items():
@@ -100,6 +102,18 @@ def markdown(summary: dict) -> str:
               *(f'- {t}: {why}' for t, why in summary['missing'].items())]
   lines += ['', f"Fine-tuning wall clock, all runs: {summary['runs_wall_clock_s']:.0f} s."]
   return '\n'.join(lines) + '\n'
+
+
+def _intermediate_text(intermediate: dict) -> str:
+  """Which tasks started from an NLI fine-tune of each arm, and how that run scored."""
+  arms = []
+  for arm, run in intermediate['arms'].items():
+    done = run['accuracy'] is not None
+    arms.append(f"{arm} {_steps(run.get('budget'))} at lr {run['budget'].get('learning_rate'):g}"
+                f", held-out accuracy {run['accuracy']:.4f}" if done else f"{arm} {run['status']}")
+  return (f"Intermediate fine-tuning (RoBERTa's recipe): {', '.join(intermediate['tasks'])} "
+          f"start from each arm first fine-tuned on NLI (`{intermediate['file']}`): "
+          + '; '.join(arms) + '.')
 
 
 def _steps(budget: dict | None) -> str:

@@ -5,6 +5,7 @@ finish, and (slow) a suite killed mid-run resumes to the same table, in parallel
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -87,3 +88,28 @@ def test_a_killed_suite_resumes_without_redoing_finished_runs(tmp_path, smoke_ru
                           cwd=ROOT, env=env, capture_output=True, text=True)
   assert result.returncode == 0, result.stderr[-2000:]
   assert (reference / 'suite.csv').read_text() == (suite_dir / 'suite.csv').read_text()
+
+
+@pytest.mark.slow
+def test_mrpc_fine_tunes_from_the_nli_run_with_a_fresh_head(tmp_path, smoke_run, caplog):
+  from tests.suite.test_intermediate import write_nli
+  data_dir = write_glue_dir(tmp_path / 'glue', rows=24, tasks=('mrpc',))
+  nli = write_nli(tmp_path / 'nli.jsonl', rows=24)
+  caplog.set_level('INFO', logger='encoder')
+  logging.getLogger('encoder').addHandler(caplog.handler)  # it does not propagate
+  summary = run_suite('glue', [f'init_from={smoke_run}', f'suite.data_dir={data_dir}',
+                               'suite.seeds=1', 'suite.scratch=false',
+                               f'suite.intermediate={nli}', *TINY], str(tmp_path / 'suite'))
+  first = str(tmp_path / 'suite' / 'pretrained' / 'mnli-intermediate')
+  assert summary['intermediate']['arms']['pretrained']['status'] == 'done'
+  assert 0 <= summary['intermediate']['arms']['pretrained']['accuracy'] <= 1
+  assert os.listdir(os.path.join(first, 'checkpoints'))  # kept: MRPC started from it
+  saved = json.loads((tmp_path / 'suite' / 'pretrained' / 'mrpc-seed0' / 'config.json')
+                     .read_text())
+  assert saved['init_from'] == first and saved['data']['num_labels'] == 2
+  # Its encoder came from the NLI run; the 3-way classifier did not fit the 2 labels.
+  started = {r.getMessage() for r in caplog.records
+             if r.getMessage().startswith(f'Initialised from {first};')}
+  assert len(started) == 1 and 'classifier' in started.pop()
+  assert summary['arms']['pretrained']['tasks']['mrpc']['runs'][0]['status'] == 'done'
+  logging.getLogger('encoder').removeHandler(caplog.handler)
