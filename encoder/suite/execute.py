@@ -108,9 +108,11 @@ def as_run(workdir: str, config) -> dict:
 
 
 def run_all(runs: list[RunSpec], parallel: int = 1, keep_weights: bool = False,
-            after_each=None) -> bool:
+            after_each=None, share: int = 0) -> bool:
   """Runs every unfinished run; `after_each()` after each one ends (the report is rebuilt).
-  Returns False when the suite was interrupted (a signal) before all had run."""
+  Returns False when the suite was interrupted (a signal) before all had run. With `parallel`
+  above 1 each run is a worker process; `share` (fewer runs than slots) runs that many at once,
+  each with 1/share of the host instead of 1/parallel."""
   todo = []
   for spec in runs:
     if is_done(spec):
@@ -127,7 +129,7 @@ def run_all(runs: list[RunSpec], parallel: int = 1, keep_weights: bool = False,
         log.info('suite stopped during %s; run the same command to resume', spec.name)
         return False
     return True
-  return _run_processes(todo, parallel, keep_weights, after_each)
+  return _run_processes(todo, share or parallel, keep_weights, after_each)
 
 
 def device_share(slot: int, parallel: int, environ=os.environ) -> tuple[dict, list[int] | None]:

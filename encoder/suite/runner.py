@@ -69,18 +69,16 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       log.info('suite: %s is missing (%s); not run', task.name, data.missing)
     else:
       present.append((task, data))
-  first, starts = intermediate.plan(arms, [t.name for t, _ in present], suite, run_overrides,
-                                    suite_dir)
-  start_points = {(arm, task): workdir for arm, workdir in starts.items()
-                  for task in options.intermediate_tasks(suite)}
+  names = [t.name for t, _ in present]
+  intermediate_runs, start_points = intermediate.plan(arms, names, suite, run_overrides,
+                                                      suite_dir)
   runs = plan.plan_runs(arms, present, suite, run_overrides, suite_dir, start_points)
   if dry_run:
-    for spec in [*first, *runs]:
+    for spec in [*intermediate_runs, *runs]:
       print(f"{spec.workdir}  --exp {spec.experiment} "
             + ' '.join(f'--config.{o}' for o in spec.overrides))
     return {}
-  refuse_stale_runs([*first, *runs], suite_dir)
-  names = [t.name for t, _ in present]
+  refuse_stale_runs([*intermediate_runs, *runs], suite_dir)
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
           'dev_sets': _dev_text(suite, present),
           'budget': _budget_text(suite, run_overrides, names),
@@ -90,20 +88,26 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:
-    if first:
-      meta['intermediate'] = intermediate.describe(first, suite)
+    if intermediate_runs:
+      meta['intermediate'] = intermediate.describe(intermediate_runs, suite, names)
     summary = results.summarise(runs, missing, meta, steps)
     suite_report.write(suite_dir, summary)
     return summary
 
   log.info('suite %s: %d arm(s) x %d task(s) -> %d run(s) in %s', name, len(arms),
-           len(present), len(first) + len(runs), suite_dir)
+           len(present), len(intermediate_runs) + len(runs), suite_dir)
   start = time.time()
   write_report()
+  parallel = int(suite.parallel)
   with compile_cache.shared(suite_dir, bool(suite.compile_cache)):
-    # The intermediate runs first, their weights kept: the runs after them start from them.
-    complete = run_all(first, int(suite.parallel), True, write_report) and run_all(
-        runs, int(suite.parallel), bool(suite.keep_weights), write_report)
+    # The intermediate runs first, their weights kept, each with its share of the host: the
+    # runs after them start from them. Those of an arm whose intermediate run failed wait.
+    complete = run_all(intermediate_runs, parallel, True, write_report,
+                       share=min(parallel, len(intermediate_runs)))
+    if complete:
+      waiting = intermediate.waiting(intermediate_runs, runs, start_points)
+      complete = run_all([r for r in runs if r not in waiting], parallel,
+                         bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
   if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns

@@ -105,15 +105,18 @@ def markdown(summary: dict) -> str:
 
 
 def _intermediate_text(intermediate: dict) -> str:
-  """Which tasks started from an NLI fine-tune of each arm, and how that run scored."""
+  """Which tasks started from an NLI fine-tune of each arm, and how that run went."""
   arms = []
   for arm, run in intermediate['arms'].items():
-    done = run['accuracy'] is not None
-    arms.append(f"{arm} {_steps(run.get('budget'))} at lr {run['budget'].get('learning_rate'):g}"
-                f", held-out accuracy {run['accuracy']:.4f}" if done else f"{arm} {run['status']}")
-  return (f"Intermediate fine-tuning (RoBERTa's recipe): {', '.join(intermediate['tasks'])} "
-          f"start from each arm first fine-tuned on NLI (`{intermediate['file']}`): "
-          + '; '.join(arms) + '.')
+    if run['accuracy'] is not None:
+      arms.append(f"{arm} {_steps(run['as_run'])} at lr {run['as_run']['learning_rate']:g}, "
+                  f"held-out accuracy {run['accuracy']:.4f}")
+    else:
+      arms.append(f"{arm} {run['status']}" + (f" ({run['error']}); its tasks' runs wait for it"
+                                              if run['status'] == 'failed' else ''))
+  return (f"Intermediate fine-tuning, as RoBERTa's: {', '.join(intermediate['tasks'])} start "
+          f"from each arm but scratch first fine-tuned on NLI (`{intermediate['file']}`; one "
+          'run, seed 0): ' + '; '.join(arms) + '.')
 
 
 def _steps(budget: dict | None) -> str:

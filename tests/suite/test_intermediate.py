@@ -77,9 +77,9 @@ def test_the_named_tasks_start_from_the_arm_fine_tuned_on_nli_first(tmp_path, ke
   assert info['tasks'] == ['mrpc'] and info['arms']['pretrained']['accuracy'] == \
       fake_metric(first)
   md = (suite / 'suite.md').read_text()
-  assert (f"Intermediate fine-tuning (RoBERTa's recipe): mrpc start from each arm first "
-          f"fine-tuned on NLI (`{nli}`): pretrained 3 x 32 at lr 0.0001, held-out accuracy "
-          f"{fake_metric(first):.4f}.") in md
+  assert (f"Intermediate fine-tuning, as RoBERTa's: mrpc start from each arm but scratch "
+          f"first fine-tuned on NLI (`{nli}`; one run, seed 0): pretrained 3 x 32 at lr 0.0001, "
+          f"held-out accuracy {fake_metric(first):.4f}.") in md
   assert 'mnli' not in summary['arms']['pretrained']['tasks']  # not a row of the table
   # A rerun skips it with the rest; a rerun without it is refused (other starting points).
   keeping_trainer.calls.clear()
@@ -89,15 +89,74 @@ def test_the_named_tasks_start_from_the_arm_fine_tuned_on_nli_first(tmp_path, ke
     _suite(tmp_path)
 
 
+def test_a_failed_intermediate_run_holds_its_tasks_until_a_rerun_finishes_it(tmp_path,
+                                                                              fake_trainer):
+  nli = write_nli(tmp_path / 'nli.jsonl')
+  fake_trainer.fail['pretrained/mnli-intermediate'] = ValueError('out of memory')
+  summary, _ = _suite(tmp_path, f'suite.intermediate={nli}', 'suite.scratch=false',
+                      'suite.intermediate_tasks=mrpc,rte')  # rte: not in the folder
+  assert fake_trainer.calls == ['pretrained/mnli-intermediate', 'pretrained/sst2-seed0',
+                                'pretrained/sst2-seed1']  # mrpc waits; sst2 does not
+  assert summary['intermediate']['tasks'] == ['mrpc']  # only the tasks the suite runs
+  md = (tmp_path / 'suite' / 'suite.md').read_text()
+  assert "pretrained failed (ValueError: out of memory); its tasks' runs wait for it" in md
+  assert '`pretrained/mrpc` seed 0: pending' in md
+  del fake_trainer.fail['pretrained/mnli-intermediate']
+  fake_trainer.calls.clear()
+  summary, _ = _suite(tmp_path, f'suite.intermediate={nli}', 'suite.scratch=false',
+                      'suite.intermediate_tasks=mrpc,rte')
+  assert fake_trainer.calls == ['pretrained/mnli-intermediate', 'pretrained/mrpc-seed0',
+                                'pretrained/mrpc-seed1']
+  assert summary['run_counts'] == {'done': 4}
+
+
+def test_glues_mnli_file_keeps_its_header_in_both_slices(tmp_path, fake_trainer):
+  mnli = tmp_path / 'MNLI'
+  mnli.mkdir()
+  header = 'index\tgenre\tsentence1\tsentence2\tgold_label'
+  (mnli / 'train.tsv').write_text(header + '\n' + ''.join(
+      f'{i}\tfiction\ta man {i}\tsomeone {i}\t{LABELS[i % 3]}\n' for i in range(20)))
+  _suite(tmp_path, f'suite.intermediate={mnli / "train.tsv"}', 'suite.scratch=false',
+         'suite.train_sizes=mnli=12', 'suite.heldout_fraction=0.25')
+  data = [o.partition('=')[2] for o in read_status(str(
+      tmp_path / 'suite' / 'pretrained' / 'mnli-intermediate'))['overrides']
+          if o.startswith('data.')]
+  train, dev = (open(path).read().splitlines() for path in data)
+  assert train[0] == header and dev[0] == header
+  assert len(dev) == 1 + 5 and len(train) == 1 + 12  # a quarter held out; the rest capped
+
+
 def test_a_missing_file_or_unknown_task_stops_before_any_run(tmp_path, fake_trainer):
   with pytest.raises(ConfigError, match="suite.intermediate: no file '/nowhere.jsonl'"):
     _suite(tmp_path, 'suite.intermediate=/nowhere.jsonl')
   nli = write_nli(tmp_path / 'nli.jsonl')
   with pytest.raises(ConfigError, match="suite.intermediate_tasks: unknown task 'mprc'"):
     _suite(tmp_path, f'suite.intermediate={nli}', 'suite.intermediate_tasks=mrpc,mprc')
+  with pytest.raises(ConfigError, match="suite.intermediate_tasks: unknown task 'mnli'"):
+    _suite(tmp_path, f'suite.intermediate={nli}', 'suite.intermediate_tasks=mnli')
   assert fake_trainer.calls == []
   # Tasks none of which the suite runs: no intermediate run (and its file is not needed).
   _suite(tmp_path, 'suite.intermediate=/nowhere.jsonl', 'suite.intermediate_tasks=rte',
          'suite.tasks=sst2')
   assert fake_trainer.calls == ['pretrained/sst2-seed0', 'pretrained/sst2-seed1',
                                 'scratch/sst2-seed0', 'scratch/sst2-seed1']
+
+
+def test_with_parallel_workers_the_intermediate_run_gets_the_whole_host_first(
+    tmp_path, fake_trainer, monkeypatch):
+  from encoder.suite import execute
+  batches = []
+
+  def run_processes(todo, slots, keep_weights, after_each):  # in this process, recorded
+    batches.append(([spec.name for spec in todo], slots, keep_weights))
+    for spec in todo:
+      execute.run_one(spec, keep_weights)
+    return True
+
+  monkeypatch.setattr(execute, '_run_processes', run_processes)
+  nli = write_nli(tmp_path / 'nli.jsonl')
+  _suite(tmp_path, f'suite.intermediate={nli}', 'suite.intermediate_tasks=mrpc',
+         'suite.parallel=4')
+  assert batches[0] == (['pretrained/mnli-intermediate'], 1, True)  # alone, weights kept
+  names, slots, keep = batches[1]
+  assert slots == 4 and not keep and 'pretrained/mrpc-seed0' in names
