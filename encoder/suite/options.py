@@ -37,7 +37,7 @@ def suite_config() -> config_dict.ConfigDict:
   s.recipe = 'auto'
   s.lr_grid = False  # the recipe's learning-rate grid (best median on dev), else its one rate
   # An NLI training file (GLUE's MNLI/train.tsv, or JSONL premise/hypothesis/label): the tasks
-  # of intermediate_tasks fine-tune from each arm first fine-tuned on it (RoBERTa's recipe for
+  # of intermediate_tasks fine-tune from each arm first fine-tuned on it (as RoBERTa does for
   # RTE, MRPC and STS-B; intermediate.py). '': from the arm itself.
   s.intermediate = ''
   s.intermediate_tasks = 'rte,mrpc,stsb'
@@ -84,8 +84,8 @@ def intermediate_tasks(suite) -> tuple[str, ...]:
   tuned = [name for name, task in TASKS.items() if task.fine_tunes and name != 'mnli']
   unknown = [n for n in names if n not in tuned]
   if unknown:
-    raise ConfigError(f"suite.intermediate_tasks: unknown task '{unknown[0]}' (known: "
-                      f"{', '.join(tuned)})")
+    raise ConfigError(f"suite.intermediate_tasks: '{unknown[0]}' cannot start from the NLI "
+                      f"run (tasks that can: {', '.join(tuned)})")
   return names if suite.intermediate else ()
 
 
