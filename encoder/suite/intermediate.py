@@ -33,7 +33,7 @@ from encoder.suite.arms import SCRATCH, Arm
 from encoder.suite.catalog import TASKS, SuiteTask, recipe_for
 from encoder.suite.execute import is_done
 from encoder.suite.options import intermediate_tasks
-from encoder.suite.plan import RunSpec, task_overrides
+from encoder.suite.plan import RunSpec, run_overrides
 from encoder.sweep.status import read_status
 
 log = logging.getLogger('encoder')
@@ -68,8 +68,8 @@ def plan(arms: list[Arm], tasks: list[str], suite, user_overrides: list[str],
       continue
     recipe = recipe_for(task, suite.recipe, arm.hidden_size)
     workdir = os.path.join(suite_dir, arm.name, RUN_NAME)
-    overrides = (*arm.overrides, *task_overrides(recipe, data, recipe.learning_rate),
-                 'train.seed=0', *user_overrides)
+    overrides = run_overrides(arm.overrides, recipe, data, recipe.learning_rate, 0,
+                              user_overrides)
     runs.append(RunSpec(f'{arm.name}/{RUN_NAME}', arm.name, task.name, 0, recipe.learning_rate,
                         task.experiment, overrides, workdir))
     start_points.update({(arm.name, t): workdir for t in following})
@@ -79,14 +79,16 @@ def plan(arms: list[Arm], tasks: list[str], suite, user_overrides: list[str],
 
 
 def waiting(intermediate_runs: list[RunSpec], runs: list[RunSpec],
-            start_points: dict[tuple[str, str], str]) -> list[RunSpec]:
-  """The runs whose intermediate run is not done (it failed): they wait for a rerun that
-  finishes it, rather than start from a missing or half-trained checkpoint."""
+            start_points: dict[tuple[str, str], str]) -> set[str]:
+  """The names of the runs whose intermediate run is not done (it failed): they wait for a
+  rerun that finishes it, rather than start from a missing or half-trained checkpoint."""
   ready = {spec.workdir for spec in intermediate_runs if is_done(spec)}
-  held = [spec for spec in runs
-          if (start := start_points.get((spec.arm, spec.task))) and start not in ready]
-  for spec in held:
-    log.info('suite: %s not run: %s is not done', spec.name, start_points[(spec.arm, spec.task)])
+  held = set()
+  for spec in runs:
+    start = start_points.get((spec.arm, spec.task))
+    if start and start not in ready:
+      log.info('suite: %s not run: %s is not done', spec.name, start)
+      held.add(spec.name)
   return held
 
 

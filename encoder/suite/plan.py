@@ -46,13 +46,15 @@ class RunSpec:
     return dataclasses.asdict(self)
 
 
-def task_overrides(r: Recipe, data: TaskData, learning_rate: float) -> list[str]:
-  overrides = [f'train.learning_rate={learning_rate}', f'train.batch_size={r.batch_size}',
-               f'train.num_epochs={r.num_epochs}', f'train.warmup_fraction={r.warmup_fraction}',
-               f'train.eval_every={EVAL_ONCE}']
-  if data.train:
-    overrides += [f'data.train={data.train}', f'data.eval={data.dev}']
-  return overrides
+def run_overrides(arm_overrides: tuple[str, ...], r: Recipe, data: TaskData,
+                  learning_rate: float, seed: int, user_overrides: list[str]) -> tuple[str, ...]:
+  """One run's overrides in the module's order: the arm's, the task's recipe and data, the
+  seed, the user's (which win)."""
+  recipe = [f'train.learning_rate={learning_rate}', f'train.batch_size={r.batch_size}',
+            f'train.num_epochs={r.num_epochs}', f'train.warmup_fraction={r.warmup_fraction}',
+            f'train.eval_every={EVAL_ONCE}']
+  files = [f'data.train={data.train}', f'data.eval={data.dev}'] if data.train else []
+  return (*arm_overrides, *recipe, *files, f'train.seed={seed}', *user_overrides)
 
 
 def learning_rates(recipe: Recipe, grid: bool) -> tuple[float, ...]:
@@ -80,12 +82,11 @@ def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
           start = start_points.get((arm.name, task.name))
           own = arm.overrides if start is None else tuple(
               f'init_from={start}' if o.startswith('init_from=') else o for o in arm.overrides)
-          overrides = (*own, *task_overrides(recipes[arm.name], data, lr),
-                       f'train.seed={seed}', *user_overrides)
+          overrides = run_overrides(own, recipes[arm.name], data, lr, seed, user_overrides)
           configs.apply_overrides(copy.deepcopy(base), list(overrides))  # refused now, not later
           tag = f'-lr{lr:g}' if grid else ''
           name = f'{arm.name}/{task.name}{tag}-seed{seed}'
           runs.append(RunSpec(name, arm.name, task.name, seed, lr, task.experiment,
-                              tuple(overrides), os.path.join(suite_dir, arm.name,
+                              overrides, os.path.join(suite_dir, arm.name,
                                                              f'{task.name}{tag}-seed{seed}')))
   return runs

@@ -106,7 +106,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
                        share=min(parallel, len(intermediate_runs)))
     if complete:
       waiting = intermediate.waiting(intermediate_runs, runs, start_points)
-      complete = run_all([r for r in runs if r not in waiting], parallel,
+      complete = run_all([r for r in runs if r.name not in waiting], parallel,
                          bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
