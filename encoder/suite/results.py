@@ -73,6 +73,11 @@ def task_result(task: str, by_lr: dict) -> dict:
   done = [r for r in records if r.get('status') == 'done']
   # As run: a user's override of the rate beats the recipe's (the grid's key).
   ran = next((r['as_run'] for r in done if r.get('as_run')), {})
+  # Packed rows hold a seed-dependent number of examples, so the seeds' step counts differ.
+  steps = sorted({r['as_run']['num_steps'] for r in done
+                  if r.get('as_run', {}).get('num_steps') is not None})
+  if len(steps) > 1:
+    ran = {**ran, 'num_steps': steps[0], 'num_steps_max': steps[-1]}
   names = sorted({k for r in done for k in r.get('metrics', {})
                   if isinstance(r['metrics'][k], int | float)})
   score = spread([s for r in done if (s := task_score(task, r.get('metrics', {}))) is not None])

@@ -120,10 +120,12 @@ def _intermediate_text(intermediate: dict) -> str:
 
 
 def _steps(budget: dict | None) -> str:
-  """'94 x 32' (steps x batch as run), or '-' (no fine-tuning, or not run yet)."""
+  """'94 x 32' (steps x batch as run; '388-412 x 32' where packed seeds ran different step
+  counts), or '-' (no fine-tuning, or not run yet)."""
   if not budget or budget.get('num_steps') is None:
     return '-'
-  return f"{budget['num_steps']} x {budget['batch_size']}"
+  most = budget.get('num_steps_max')
+  return f"{budget['num_steps']}{f'-{most}' if most else ''} x {budget['batch_size']}"
 
 
 def _num(value) -> str:

@@ -160,6 +160,29 @@ def test_the_learning_rate_grid_reports_the_rate_with_the_best_median():
                                      'max': 0.3}
 
 
+def test_packed_seeds_that_ran_different_step_counts_report_the_range():
+  """Packing fills rows with a seed-dependent number of examples: MRPC's seeds ran 388, 412
+  and 392 steps (docs/finetuning.md); the budget as run says so, not the first seed's count."""
+  from encoder.suite import suite_report
+
+  def runs(*steps):
+    return [{'seed': i, 'status': 'done', 'metrics': {'accuracy': 0.6},
+             'as_run': {'num_steps': n, 'batch_size': 32, 'learning_rate': 1e-4}}
+            for i, n in enumerate(steps)]
+  packed = task_result('rte', {1e-4: runs(388, 412, 392)})
+  assert (packed['budget']['num_steps'], packed['budget']['num_steps_max']) == (388, 412)
+  padded = task_result('rte', {1e-4: runs(136, 136, 136)})
+  assert padded['budget']['num_steps'] == 136 and 'num_steps_max' not in padded['budget']
+  summary = {'suite': 'glue', 'init_from': 'x', 'seeds': 3, 'dev_sets': 'heldout',
+             'budget': 'all', 'missing': {}, 'runs_wall_clock_s': 1.0,
+             'arms': {arm: {'step': None, 'glue_average': None, 'average': None,
+                            'tasks': {'rte': result}}
+                      for arm, result in (('packed', packed), ('padded', padded))}}
+  text = suite_report.markdown(summary)
+  assert '| packed | rte | accuracy | 0.0001 | 388-412 x 32 |' in text
+  assert '| padded | rte | accuracy | 0.0001 | 136 x 32 |' in text
+
+
 def test_the_heldout_dev_slice_is_deterministic_disjoint_and_verbatim(tmp_path, fake_trainer):
   data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
   _suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30', data_dir=data_dir)
