@@ -49,11 +49,16 @@ def nli_task(path: str) -> SuiteTask:
                              header_lines=0 if jsonl else 1)
 
 
+def following_tasks(suite, tasks: list[str]) -> list[str]:
+  """The tasks of `tasks` that start from the intermediate run (none without its file)."""
+  return [t for t in intermediate_tasks(suite) if t in tasks]
+
+
 def plan(arms: list[Arm], tasks: list[str], suite, user_overrides: list[str],
          suite_dir: str) -> tuple[list[RunSpec], dict[tuple[str, str], str]]:
   """The intermediate runs (one per arm with weights), when a task of `tasks` starts from one,
   and {(arm, task): the workdir that task's runs start from}; else nothing."""
-  following = [t for t in intermediate_tasks(suite) if t in tasks]
+  following = following_tasks(suite, tasks)
   if not following:
     return [], {}
   source = storage.abspath(os.path.expanduser(suite.intermediate))
@@ -104,4 +109,4 @@ def describe(intermediate_runs: list[RunSpec], suite, tasks: list[str]) -> dict:
                       'as_run': record.get('as_run', {}),
                       'wall_clock_s': record.get('wall_clock_s')}
   return {'file': suite.intermediate, 'arms': arms,
-          'tasks': [t for t in intermediate_tasks(suite) if t in tasks]}
+          'tasks': following_tasks(suite, tasks)}

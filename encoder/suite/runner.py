@@ -46,7 +46,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
               experiment=None, dry_run: bool = False) -> dict:
   """Runs suite `name` (built in, or in `experiment`'s SUITES) and returns its summary."""
   setup_logging()
-  own, run_overrides = options.split_overrides(
+  own, user_overrides = options.split_overrides(
       [*getattr(experiment, 'SUITE_OVERRIDES', {}).get(name, []), *overrides])
   settings = options.build(own)
   suite = settings.suite
@@ -58,7 +58,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
                         'fine-tune nothing')
     meta = {'suite': name, 'init_from': settings.init_from, 'seeds': 1,
             'dev_sets': 'the given files (suite.sts_file, suite.beir_dir at suite.beir_split)',
-            'budget': 'no fine-tuning: each encoder as it is', 'overrides': run_overrides}
+            'budget': 'no fine-tuning: each encoder as it is', 'overrides': user_overrides}
     return embed_suite.run_embed_suite(settings, suite_dir, meta, dry_run)
   arms = arms_lib.find_arms(settings.init_from, suite.checkpoints, suite.scratch)
   present, missing = [], {}
@@ -70,9 +70,9 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
     else:
       present.append((task, data))
   names = [t.name for t, _ in present]
-  intermediate_runs, start_points = intermediate.plan(arms, names, suite, run_overrides,
+  intermediate_runs, start_points = intermediate.plan(arms, names, suite, user_overrides,
                                                       suite_dir)
-  runs = plan.plan_runs(arms, present, suite, run_overrides, suite_dir, start_points)
+  runs = plan.plan_runs(arms, present, suite, user_overrides, suite_dir, start_points)
   if dry_run:
     for spec in [*intermediate_runs, *runs]:
       print(f"{spec.workdir}  --exp {spec.experiment} "
@@ -81,10 +81,10 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   refuse_stale_runs([*intermediate_runs, *runs], suite_dir)
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
           'dev_sets': _dev_text(suite, present),
-          'budget': _budget_text(suite, run_overrides, names),
-          'overrides': run_overrides, 'tasks': names,
+          'budget': _budget_text(suite, user_overrides, names),
+          'overrides': user_overrides, 'tasks': names,
           'pooling': {arm.name: arm.pooling for arm in arms},
-          'recipes': {arm.name: _recipe_text(suite, arm, run_overrides) for arm in arms}}
+          'recipes': {arm.name: _recipe_text(suite, arm, user_overrides) for arm in arms}}
   steps = {arm.name: arm.step for arm in arms}
 
   def write_report() -> dict:
@@ -133,11 +133,11 @@ def _dev_text(suite, present) -> str:
   return '; '.join(parts) or 'none'
 
 
-def _budget_text(suite, run_overrides: list[str], tasks: list[str]) -> str:
+def _budget_text(suite, user_overrides: list[str], tasks: list[str]) -> str:
   parts = [f'train examples <= {suite.train_size}' if suite.train_size else 'all train examples']
   parts += [f'{task} <= {cap}' if cap else f'{task}: all' for task, cap in
             options.train_caps(suite).items() if task in tasks]
-  parts += run_overrides or ["each task's recipe"]
+  parts += user_overrides or ["each task's recipe"]
   return ', '.join(parts)
 
 
@@ -145,8 +145,8 @@ RECIPE_KEYS = ('train.learning_rate', 'train.num_epochs', 'train.num_steps', 'tr
                'train.warmup_fraction', 'train.warmup_steps')
 
 
-def _recipe_text(suite, arm, run_overrides: list[str]) -> str:
+def _recipe_text(suite, arm, user_overrides: list[str]) -> str:
   """The arm's recipe, and the command line's overrides of it (they win)."""
   text = RECIPE_TEXT[recipe_name(suite.recipe, arm.hidden_size)]
-  overridden = [o for o in run_overrides if o.partition('=')[0].strip() in RECIPE_KEYS]
+  overridden = [o for o in user_overrides if o.partition('=')[0].strip() in RECIPE_KEYS]
   return f"{text} with {', '.join(overridden)}" if overridden else text
