@@ -310,6 +310,10 @@ def finetuning_config(experiment: str, task: str) -> config_dict.ConfigDict:
   # outputs target_mean + target_std x its unit-scale value, so predictions stay in the
   # targets' units). Off in BERT's recipe; the mean and std are recorded from the data.
   d.standardize_targets = False
+  # Pair tasks whose label does not depend on the order (paraphrase, similarity: MRPC, QQP,
+  # STS-B) also train on every pair reversed, B then A: twice the examples per epoch. Off, as
+  # BERT; eval sets are never swapped.
+  d.swap_pairs = False
   d.target_mean = config_dict.placeholder(float)
   d.target_std = config_dict.placeholder(float)
   d.token_column = 0  # CoNLL: column of the word ...

@@ -12,6 +12,7 @@ one's [CLS] (`cls_positions`), so logits, labels and weights are [rows, slots] t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -170,11 +171,24 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     return arrays
 
   eval_sets = [finetuning_data.EvalSet(name, ex, encode(ex)) for name, ex in evals]
+  if d.get('swap_pairs'):  # after the tokenizer, which learns from the texts as read
+    train = train + swapped_pairs(train)
   arrays, info = encode(train), {'labels': names}
   if regression and d.get('standardize_targets'):
     info['target_scale'] = standardisation(arrays['label'])
   return finetuning_data.FinetuningData(config, tokenizer, arrays, eval_sets, WEIGHTS,
                                         process_index, process_count, info)
+
+
+def swapped_pairs(examples: list) -> list:
+  """Each pair reversed (`data.swap_pairs`), for tasks whose label ignores the order; a
+  single-sentence set has no order to swap, so asking for it is an error, not a no-op."""
+  single = next((e for e in examples if len(e.texts) != 2), None)
+  if single is not None:
+    raise DataError(f'{single.where}: data.swap_pairs=true needs sentence pairs, and this '
+                    f'example has {len(single.texts)} text(s)')
+  return [dataclasses.replace(e, texts=e.texts[::-1], where=f'{e.where} (swapped)')
+          for e in examples]
 
 
 def standardisation(targets: np.ndarray) -> dict:

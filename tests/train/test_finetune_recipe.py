@@ -10,7 +10,7 @@ import pytest
 
 from encoder import configs
 from encoder.convert import from_hf
-from encoder.errors import ConfigError
+from encoder.errors import ConfigError, DataError
 from encoder.tasks import classification, get_task
 from encoder.train import checkpoint, run_setup
 from encoder.train.optim import layer_depth, make_optimizer
@@ -137,3 +137,45 @@ def test_standardisation_records_the_training_targets_and_the_bound_loss_uses_th
                                    {'label': jnp.asarray([fields['data.target_mean']]),
                                     'weight': jnp.ones(1)})
   np.testing.assert_allclose(float(loss), 1.0, rtol=1e-5)  # one standard deviation off
+
+
+def _segments(row_ids: np.ndarray, mask: np.ndarray, segments: np.ndarray) -> tuple[list, list]:
+  """The token ids of text A and text B of one encoded row ([CLS] and [SEP]s dropped)."""
+  ids, seg = row_ids[mask == 1], segments[mask == 1]
+  return list(ids[1:][seg[1:] == 0][:-1]), list(ids[seg == 1][:-1])
+
+
+def test_swap_pairs_adds_every_training_pair_reversed_with_its_label(tmp_path):
+  """data.swap_pairs: the training set is the pairs as read, then each one B-first with the
+  same score; the eval set is left as read."""
+  plain, swapped = [], []
+  for swap, out in ((False, plain), (True, swapped)):
+    config = configs.load_experiment('classify_stsb:smoke')
+    configs.apply_overrides(config, [f'data.swap_pairs={str(swap).lower()}',
+                                     'data.max_seq_length=64'])  # pairs left whole
+    config = resolve_config(config)
+    out.append(get_task(config.task, config).datasets(config, str(tmp_path / str(swap))))
+  plain, swapped = plain[0], swapped[0]
+  n = plain.num_train_examples
+  assert swapped.num_train_examples == 2 * n
+  a, b = plain._train, swapped._train  # noqa: SLF001 (the encoded arrays under test)
+  np.testing.assert_array_equal(b['label'], np.concatenate([a['label'], a['label']]))
+  np.testing.assert_array_equal(b['input_ids'][:n], a['input_ids'])
+  whole = [i for i in range(n) if a['input_mask'][i].sum() < plain.max_seq_length]
+  assert len(whole) > n // 2  # rows cut to max_seq_length lose B's tail or A's: not compared
+  for i in whole:
+    first, second = _segments(a['input_ids'][i], a['input_mask'][i], a['segment_ids'][i])
+    assert second and first
+    assert _segments(b['input_ids'][n + i], b['input_mask'][n + i],
+                     b['segment_ids'][n + i]) == (second, first)
+  assert len(swapped.eval_sets[0].examples) == len(plain.eval_sets[0].examples)
+  assert [e.texts for e in swapped.eval_sets[0].examples] == \
+      [e.texts for e in plain.eval_sets[0].examples]
+
+
+def test_swap_pairs_on_single_sentences_is_refused(tmp_path):
+  config = configs.load_experiment('classify_sst2:smoke')
+  configs.apply_overrides(config, ['data.swap_pairs=true'])
+  config = resolve_config(config)
+  with pytest.raises(DataError, match='swap_pairs=true needs sentence pairs'):
+    get_task(config.task, config).datasets(config, str(tmp_path))
