@@ -124,8 +124,8 @@ def _steps(budget: dict | None) -> str:
   counts), or '-' (no fine-tuning, or not run yet)."""
   if not budget or budget.get('num_steps') is None:
     return '-'
-  most = budget.get('num_steps_max')
-  return f"{budget['num_steps']}{f'-{most}' if most else ''} x {budget['batch_size']}"
+  steps, most = budget['num_steps'], budget.get('num_steps_max')
+  return f"{f'{steps}-{most}' if most else steps} x {budget['batch_size']}"
 
 
 def _num(value) -> str:

@@ -155,6 +155,9 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
   local, train_source, eval_sources = task_inputs.eval_sources(config)
   cols = file_readers.split_list(d.text_columns)
   train, source_names = _read(config, train_source, local, cols)
+  # Built (and a single-sentence set refused) before anything is written to the workdir; added
+  # after the tokenizer, which learns from the texts as read.
+  swapped = swapped_pairs(train) if d.get('swap_pairs') else []
   regression = d.num_labels == 1 or (not local and source_names is None)
   names = None if regression else (task_inputs.given_names(config) or source_names
                                    or task_inputs.infer_names([e.label for e in train]))
@@ -171,9 +174,7 @@ def datasets(config, workdir: str, process_index: int = 0, process_count: int = 
     return arrays
 
   eval_sets = [finetuning_data.EvalSet(name, ex, encode(ex)) for name, ex in evals]
-  if d.get('swap_pairs'):  # after the tokenizer, which learns from the texts as read
-    train = train + swapped_pairs(train)
-  arrays, info = encode(train), {'labels': names}
+  arrays, info = encode(train + swapped), {'labels': names}
   if regression and d.get('standardize_targets'):
     info['target_scale'] = standardisation(arrays['label'])
   return finetuning_data.FinetuningData(config, tokenizer, arrays, eval_sets, WEIGHTS,

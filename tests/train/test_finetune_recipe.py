@@ -145,17 +145,18 @@ def _segments(row_ids: np.ndarray, mask: np.ndarray, segments: np.ndarray) -> tu
   return list(ids[1:][seg[1:] == 0][:-1]), list(ids[seg == 1][:-1])
 
 
+def _stsb_data(workdir, swap: bool):
+  config = configs.load_experiment('classify_stsb:smoke')
+  configs.apply_overrides(config, [f'data.swap_pairs={str(swap).lower()}',
+                                   'data.max_seq_length=64'])  # pairs left whole
+  config = resolve_config(config)
+  return get_task(config.task, config).datasets(config, str(workdir))
+
+
 def test_swap_pairs_adds_every_training_pair_reversed_with_its_label(tmp_path):
   """data.swap_pairs: the training set is the pairs as read, then each one B-first with the
   same score; the eval set is left as read."""
-  plain, swapped = [], []
-  for swap, out in ((False, plain), (True, swapped)):
-    config = configs.load_experiment('classify_stsb:smoke')
-    configs.apply_overrides(config, [f'data.swap_pairs={str(swap).lower()}',
-                                     'data.max_seq_length=64'])  # pairs left whole
-    config = resolve_config(config)
-    out.append(get_task(config.task, config).datasets(config, str(tmp_path / str(swap))))
-  plain, swapped = plain[0], swapped[0]
+  plain, swapped = _stsb_data(tmp_path / 'plain', False), _stsb_data(tmp_path / 'swapped', True)
   n = plain.num_train_examples
   assert swapped.num_train_examples == 2 * n
   a, b = plain._train, swapped._train  # noqa: SLF001 (the encoded arrays under test)
