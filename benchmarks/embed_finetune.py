@@ -7,7 +7,7 @@ the judged queries and `qrels/dev.tsv` the rest, so no held-out query is trained
 keep their last step (`train.best_metric=''`): choosing a step by the held-out set would leak
 it. One JSON line per arm and seed, then one with the medians.
 
-  python benchmarks/embed_finetune.py [--seeds 0,1,2] [--epochs 1] [--lr 2e-5]
+  python -m benchmarks.embed_finetune [--seeds 0,1,2] [--epochs 1] [--lr 2e-5]
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common.cli import print_machine  # noqa: E402
-from benchmarks.common.finetuning import minilm_dir  # noqa: E402
+from benchmarks.common.cli import print_machine
+from benchmarks.common.finetuning import minilm_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBED = os.path.join(ROOT, '..', 'shared', 'data', 'embed')

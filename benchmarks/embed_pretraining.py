@@ -5,7 +5,7 @@ Recall@100 over the train queries); seeds side by side, medians and ranges.
 
   python launch.py --exp mlm_nsp_tiny --workdir runs/nsp_tiny        # the runs to compare
   python launch.py --exp mlm_modern_tiny --workdir runs/modern_tiny
-  python benchmarks/embed_pretraining.py --arms nsp=runs/nsp_tiny,modern=runs/modern_tiny
+  python -m benchmarks.embed_pretraining --arms nsp=runs/nsp_tiny,modern=runs/modern_tiny
 
 The last 500 triplets are the runs' own eval set (a training curve, not a result); the runs
 keep their last step. One JSON line per arm and seed, then one per arm with the medians.
@@ -22,9 +22,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common.cli import print_machine  # noqa: E402
+from benchmarks.common.cli import print_machine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBED = os.path.join(ROOT, '..', 'shared', 'data', 'embed')

@@ -6,7 +6,7 @@ lr 2e-5; pinned with `suite.recipe=bert`, which an arm may override); the suites
 held-out dev slices (`suite.dev_set=heldout`, split seed 0), so arms differ only by their
 overrides. Quality only: the wall clocks printed are the machine's, under whatever else ran.
 
-  python benchmarks/finetune_recipe.py --workdir /tmp/recipe --tasks mrpc,stsb,rte --seeds 1 \
+  python -m benchmarks.finetune_recipe --workdir /tmp/recipe --tasks mrpc,stsb,rte --seeds 1 \
       --arm base= --arm mean=model.pooling=mean \
       --arm mean_std=model.pooling=mean,data.standardize_targets=true
 """
@@ -19,10 +19,8 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common.cli import print_machine  # noqa: E402
-from benchmarks.common.finetuning import minilm_dir  # noqa: E402
+from benchmarks.common.cli import print_machine
+from benchmarks.common.finetuning import minilm_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLUE = os.path.join(ROOT, '..', 'shared', 'data', 'glue')

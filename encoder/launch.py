@@ -7,7 +7,8 @@
   python launch.py --exp mlm_nsp_base --prepare_data
   python launch.py --eval_suite glue --config.init_from=runs/bert --config.suite.data_dir=glue_data
 
-User errors print one line `error: ...` and exit with status 2.
+User errors print one line `error: ...` and exit with status 2. A listing piped into a reader
+that stops early (`--list | head -5`) ends quietly, as any command-line tool does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import select
 import sys
 
 from encoder import configs, storage
@@ -129,13 +131,38 @@ def run(argv: list[str]) -> int:
   return 0
 
 
+def _stdout_reader_gone() -> bool:
+  """Whether stdout is a pipe whose reader has closed it (`--list | head -5`), rather than some
+  other pipe that broke (a data preparation worker's): poll reports an error on the write end
+  of a pipe without readers, without writing to it. Where there is no poll (Windows), False."""
+  try:
+    fd = sys.stdout.fileno()
+  except (AttributeError, OSError, ValueError):  # stdout replaced by an object with no fd
+    return False
+  if not hasattr(select, 'poll'):
+    return False
+  poller = select.poll()
+  poller.register(fd, select.POLLOUT)
+  return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def main() -> None:
   """The `encoder-train` console script, `python -m encoder.launch` and `python launch.py`."""
   try:
-    sys.exit(run(sys.argv[1:]))
+    status = run(sys.argv[1:])
+    sys.stdout.flush()  # here, not at exit: a listing smaller than the buffer is written now
   except EncoderError as e:
     sys.stderr.write(f'error: {e}\n')
     sys.exit(2)
+  except BrokenPipeError:
+    if not _stdout_reader_gone():
+      raise
+    # The interpreter flushes stdout once more as it exits, which would raise (and print) the
+    # same error again: what is left goes to devnull. Status 1, as Python's own handling of a
+    # closed pipe gives and the contract's "anything else" (not a shell's 141 for SIGPIPE).
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(1)
+  sys.exit(status)
 
 
 if __name__ == '__main__':

@@ -91,6 +91,40 @@ def test_eval_suite_dry_run_lists_each_run_as_its_launch_command(tmp_path):
   assert lines[-1].endswith('--config.train.seed=1 --config.train.num_steps=5')
 
 
+def test_a_listing_into_a_pipe_closed_early_ends_quietly(tmp_path):
+  """`... --dry_run | head -1`: 1,000 runs under a long workdir list ~190 kB, past what a pipe
+  holds (64 kB on Linux), so the command is still writing when the reader goes. The variable
+  that makes stdout unbuffered is dropped: buffered, as in a user's shell."""
+  workdir = tmp_path / ('w' * 150)
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'}
+  seeds = ','.join(map(str, range(1000)))
+  with subprocess.Popen([sys.executable, os.path.join(ROOT, 'launch.py'), '--exp', 'mlm_nsp_tiny',
+                         '--sweep', f'train.seed={seeds}', '--dry_run', '--workdir', str(workdir)],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env) as run:
+    assert run.stdout.readline().startswith(str(workdir).encode())
+    run.stdout.close()
+    stderr = run.stderr.read().decode()
+    assert run.wait(timeout=120) == 1, stderr  # not done: "anything else" (docs/CONTRACT.md)
+  assert stderr == ''
+
+
+def test_a_broken_pipe_that_is_not_stdout_still_raises(monkeypatch):
+  """Only a closed stdout is quiet: a pipe of the run's own that breaks while stdout is open
+  (a worker's) is a fault to show."""
+  from encoder import launch as launch_module
+
+  def broken(argv):
+    raise BrokenPipeError('a worker went away')
+
+  read_end, write_end = os.pipe()
+  with os.fdopen(read_end, 'rb'), open(write_end, 'w') as open_stdout:
+    monkeypatch.setattr(launch_module, 'run', broken)
+    monkeypatch.setattr(sys, 'stdout', open_stdout)
+    monkeypatch.setattr(sys, 'argv', ['launch.py', '--list'])
+    with pytest.raises(BrokenPipeError, match='a worker went away'):
+      launch_module.main()
+
+
 NO_JAX = """
 import runpy, sys
 sys.argv = ['launch.py', *sys.argv[1:]]

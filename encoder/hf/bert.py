@@ -229,7 +229,8 @@ class Bert(Family):
                      (pools and cfg.pooler != 'tanh', f'model.pooler={cfg.pooler}'),
                      (task == 'classification' and cfg.pooling != 'cls',
                       f"model.pooling={cfg.pooling} (BertForSequenceClassification reads the "
-                      "[CLS] token's pooled output)"),
+                      "[CLS] token's pooled output; a run fine-tuned with "
+                      '--config.model.pooling=cls exports)'),
                      (task is not None and cfg.classifier_head != 'linear',
                       f'model.classifier_head={cfg.classifier_head} (its heads are one '
                       'Linear)')):

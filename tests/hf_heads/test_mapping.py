@@ -130,14 +130,19 @@ def _refused(capsys, *args) -> str:
   return err
 
 
-@pytest.mark.parametrize('arch, changes, field', [
-    ('bert', {'pooling': 'mean'}, 'model.pooling=mean'),
-    ('bert', {'pooler': 'none'}, 'model.pooler=none'),
-    ('modern', {'classifier_head': 'linear'}, "model.classifier_head='linear'")])
-def test_to_hf_refuses_a_head_the_class_cannot_hold(tmp_path, capsys, arch, changes, field):
+@pytest.mark.parametrize('arch, changes, field, hint', [
+    # A sentence-transformers import's heads pool by mean unless told: the refusal says how
+    # to fine-tune one that exports (BERT's classifier reads the pooled [CLS]).
+    ('bert', {'pooling': 'mean'}, 'model.pooling=mean',
+     'a run fine-tuned with --config.model.pooling=cls exports'),
+    ('bert', {'pooler': 'none'}, 'model.pooler=none', None),
+    ('modern', {'classifier_head': 'linear'}, "model.classifier_head='linear'", None)])
+def test_to_hf_refuses_a_head_the_class_cannot_hold(tmp_path, capsys, arch, changes, field,
+                                                    hint):
   work = fine_tuned_workdir(str(tmp_path / 'run'), arch, 'classification', **changes)
   err = _refused(capsys, '--to-hf', work, '--out', tmp_path / 'hf')
   assert field in err and 'does not convert' in err, err
+  assert hint is None or hint in err, err
   assert not (tmp_path / 'hf').exists()
 
 
