@@ -3,6 +3,7 @@ and sentence-transformers' `encode`, on the same texts at the same batch size.
 
   python -m benchmarks.embed_speed [--corpus corpus.jsonl] [--limit 500] [--rounds 3]
       [--batch 32] [--max_length 256] [--arms packed,unpacked,st,packed_bf16]
+      [--dtype float32|bfloat16]
 
 The arms, each from raw texts to [n, 384] vectors (tokenization included):
 - `packed`: `encoder.embedding.packed.embed_packed` (what `python -m encoder.embed` runs):
@@ -10,9 +11,15 @@ The arms, each from raw texts to [n, 384] vectors (tokenization included):
 - `unpacked`: length-sorted batches of `--batch` texts through `Model.embed`, each padded to
   its longest text (rounded up to a power of two): what encoder.embedding.evaluate did before.
 - `st`: `SentenceTransformer(dir, device='cpu').encode(texts, batch_size=--batch)` (it also
-  sorts by length and pads each batch to its longest), float32, torch's default threads.
+  sorts by length and pads each batch to its longest), torch's default threads.
 - `packed_bf16`: `packed` computing in bfloat16 (the float32 weights cast at use); its vectors
   differ slightly, so `max_abs_diff_vs_st` says by how much.
+
+`--dtype` is the compute dtype of `packed`, `unpacked` and `st` (float32 by default). In
+bfloat16 ours cast the float32 weights to bfloat16 at use (products accumulated in float32, the
+pooling's mean in float32), and sentence-transformers' model is cast to bfloat16 whole
+(`.to(torch.bfloat16)`, as a user runs it in bfloat16; its pooling accumulates in float32), so
+`vs_st` compares the two in the same precision. Every line names its arm's `dtype`.
 
 The arms take turns in every round (a change in the machine's load spreads over all of them);
 each is warmed up first on a sample of the texts spread over their lengths, so compiles are
@@ -26,6 +33,7 @@ cleanly without the model, torch or the corpus.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,10 +46,12 @@ import numpy as np
 
 from benchmarks.common.cli import print_machine
 from benchmarks.common.finetuning import minilm_dir
+from encoder.train import cpu_features
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCIFACT = os.path.join(ROOT, '..', 'shared', 'data', 'embed', 'scifact', 'corpus.jsonl')
 ARMS = ('packed', 'unpacked', 'st', 'packed_bf16')
+DTYPES = ('float32', 'bfloat16')
 
 
 def read_texts(path: str, limit: int) -> list[str]:
@@ -59,28 +69,48 @@ def unpacked(model, texts, batch: int, max_length: int) -> np.ndarray:
   return out
 
 
-def make_arms(names, model, st_dir: str, batch: int, max_length: int) -> dict:
+def computing_in(model, dtype: str):
+  """`model` itself, or (another dtype) the same loaded model computing in `dtype`: its weights
+  shared and cast at use, as `embed_packed(..., dtype=...)` computes."""
+  if dtype == model.model_config.dtype:
+    return model
+  from encoder.inference.model import Model
+  return Model(model.config, model.params, model.tokenizer,
+               dataclasses.replace(model.model_config, dtype=dtype), path=model.path,
+               workdir=model.workdir)
+
+
+def arm_dtype(name: str, dtype: str) -> str:
+  """The dtype an arm computes in under `--dtype`: `packed_bf16` always bfloat16."""
+  return 'bfloat16' if name == 'packed_bf16' else dtype
+
+
+def make_arms(names, model, st_dir: str, batch: int, max_length: int,
+              dtype: str = 'float32') -> dict:
   from encoder.embedding.packed import embed_packed
   arms = {
-      'packed': lambda t: embed_packed(model, t, rows=batch, max_length=max_length),
+      'packed': lambda t: embed_packed(model, t, rows=batch, max_length=max_length, dtype=dtype),
       'packed_bf16': lambda t: embed_packed(model, t, rows=batch, max_length=max_length,
                                             dtype='bfloat16'),
-      'unpacked': lambda t: unpacked(model, t, batch, max_length),
   }
+  if 'unpacked' in names:
+    unpacked_model = computing_in(model, dtype)
+    arms['unpacked'] = lambda t: unpacked(unpacked_model, t, batch, max_length)
   if 'st' in names:
+    import torch
     from sentence_transformers import SentenceTransformer  # a reference, never our dependency
-    st = SentenceTransformer(st_dir, device='cpu')
+    st = SentenceTransformer(st_dir, device='cpu').to(getattr(torch, dtype))
     st.max_seq_length = max_length
     arms['st'] = lambda t: st.encode(t, batch_size=batch, show_progress_bar=False)
   return {name: arms[name] for name in names}
 
 
-def breakdown(model, texts, batch: int, max_length: int) -> dict:
-  """Seconds of one packed pass by part: tokenizing, planning (first-fit), and the rest (the
-  arrays' assembly and the device steps, which overlap)."""
+def breakdown(model, texts, batch: int, max_length: int, dtype: str = 'float32') -> dict:
+  """Seconds of one packed pass (in `dtype`) by part: tokenizing, planning (first-fit), and the
+  rest (the arrays' assembly and the device steps, which overlap)."""
   from encoder.data.finetune import packing
   from encoder.embedding.packed import PackedEmbedder, Tokens
-  embedder = PackedEmbedder(model, rows=batch, max_length=max_length)
+  embedder = PackedEmbedder(model, rows=batch, max_length=max_length, dtype=dtype)
   start = time.perf_counter()
   tokens = Tokens(model.tokenizer, texts, embedder.settings.max_length)
   tokenize = time.perf_counter() - start
@@ -107,6 +137,8 @@ def main(argv=None) -> int:
   parser.add_argument('--batch', type=int, default=32, help='texts (ours: rows) per batch')
   parser.add_argument('--max_length', type=int, default=256)
   parser.add_argument('--arms', default='packed,unpacked,st', help=f'of {",".join(ARMS)}')
+  parser.add_argument('--dtype', default='float32', choices=DTYPES,
+                      help='compute dtype of packed, unpacked and st')
   args = parser.parse_args(argv)
   names = args.arms.split(',')
   if set(names) - set(ARMS):
@@ -132,7 +164,7 @@ def main(argv=None) -> int:
   run = os.path.join(tempfile.mkdtemp(prefix='embed_speed_'), 'minilm')
   from_hf(model_dir, run)
   model = encoder.load(run)
-  arms = make_arms(names, model, model_dir, args.batch, args.max_length)
+  arms = make_arms(names, model, model_dir, args.batch, args.max_length, args.dtype)
   by_length = sorted(texts, key=len)
   sample = by_length[::max(1, len(texts) // (3 * args.batch))][:3 * args.batch]
   vectors, seconds, loads = {}, {name: [] for name in arms}, [os.getloadavg()[0]]
@@ -146,7 +178,8 @@ def main(argv=None) -> int:
     loads.append(os.getloadavg()[0])
   rate = {name: len(texts) / statistics.median(s) for name, s in seconds.items()}
   for name in arms:
-    line = {'arm': name, 'documents': len(texts), 'docs_per_s': round(rate[name], 2),
+    line = {'arm': name, 'dtype': arm_dtype(name, args.dtype), 'documents': len(texts),
+            'docs_per_s': round(rate[name], 2),
             'seconds': [round(s, 2) for s in seconds[name]], 'rounds': args.rounds,
             'batch': args.batch, 'max_length': args.max_length,
             'load_average': [round(x, 2) for x in loads]}
@@ -154,9 +187,10 @@ def main(argv=None) -> int:
       line['vs_st'] = round(rate[name] / rate['st'], 3)
       line['max_abs_diff_vs_st'] = float(np.abs(vectors[name] - vectors['st']).max())
     print(json.dumps(line), flush=True)
-  print(json.dumps({'breakdown': 'packed', **breakdown(model, texts, args.batch,
-                                                       args.max_length),
-                    'load_average': round(os.getloadavg()[0], 2)}), flush=True)
+  print(json.dumps({'breakdown': 'packed', 'dtype': args.dtype,
+                    **breakdown(model, texts, args.batch, args.max_length, args.dtype),
+                    'load_average': round(os.getloadavg()[0], 2),
+                    'cpu_bf16_flags': cpu_features.bf16_flags()}), flush=True)
   return 0
 
 

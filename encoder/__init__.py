@@ -13,10 +13,12 @@ if TYPE_CHECKING:
 __version__ = '0.1.0'
 
 
-def load(path: str) -> Model:
+def load(path: str, *, attention_impl: str = 'auto') -> Model:
   """A workdir (its newest checkpoint) or one checkpoint step directory, ready for notebooks:
-  `encode`, `embed`, `fill_mask`, `attention_maps`, `plot_attention` (see encoder.inference)."""
+  `encode`, `embed`, `fill_mask`, `attention_maps`, `plot_attention` (see encoder.inference).
+  `attention_impl`: how attention is computed here (auto: the fastest form on this machine;
+  explicit, blockwise, ...: `model.attention_impl`'s values, which give the same results)."""
   # lazy: `import encoder` stays free of JAX, which the python_docs collector subprocess
   # (python -m encoder.data.corpus.python_docs_collector) would otherwise import first.
   from encoder.inference import load as _load
-  return _load(path)
+  return _load(path, attention_impl=attention_impl)

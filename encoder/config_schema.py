@@ -133,7 +133,17 @@ def model_section() -> config_dict.ConfigDict:
   # tokens); classifier_head (linear: BERT | mlp: ModernBERT's dense + act + norm first).
   m.vocab_size = config_dict.placeholder(int)  # from the data: the tokenizer's vocabulary
   m.attention = 'bidirectional'  # bidirectional | causal
-  m.attention_impl = 'auto'  # auto | explicit | xla | cudnn: how scores are computed
+  # How scores are computed (the mathematics is the same): auto | explicit | xla | cudnn |
+  # blockwise | splash. auto: blockwise on CPU (and any backend without a fused kernel),
+  # splash on TPU, cuDNN on NVIDIA GPUs, each falling back to blockwise per layer where its
+  # kernel cannot take the mask or the dropout (encoder/modules/attention.py says which).
+  m.attention_impl = 'auto'
+  # The blockwise form's block of queries and of keys: a row of at most one block takes the
+  # explicit form (the same values); longer rows visit only the blocks their mask reaches.
+  m.attention_block_size = 256
+  # Recompute each layer's activations in the backward pass instead of keeping them
+  # (activation checkpointing): less memory for long rows, about a third more compute.
+  m.remat = False
   m.dtype = 'float32'  # compute dtype: float32 | bfloat16; params stay float32
   m.dropout_rate = 0.1
   m.attention_dropout_rate = 0.1
@@ -163,6 +173,13 @@ def train_section() -> config_dict.ConfigDict:
   t = config_dict.ConfigDict()
   t.seed = 0
   t.num_steps = 1_000_000
+  # > 0: a wall-clock budget in minutes (docs/training.md#a-wall-clock-budget). The run trains
+  # until its training clock nearly reaches it, then evaluates and saves, ending within it; the
+  # schedule's decay is fitted into it (warmup stays in steps) and train.num_steps stays an
+  # upper bound. The clock starts with the training loop (compiles, evaluations and saves
+  # count; data preparation before it does not) and resumes from the checkpoint. Not bit for
+  # bit reproducible: the learning rate follows the clock. 0: off.
+  t.max_minutes = 0.0
   t.batch_size = 256  # global: per-device batch x devices across all hosts
   t.grad_accum_steps = 1
   # adamw | lamb | stable_adamw (AdamW with per-tensor update clipping: ModernBERT's)
@@ -194,6 +211,10 @@ def train_section() -> config_dict.ConfigDict:
   # JAX's persistent compilation cache (train/xla_cache.py): auto (~/.cache/encoder/jax, or
   # $XDG_CACHE_HOME/encoder/jax), none, or a local folder; JAX_COMPILATION_CACHE_DIR wins.
   t.compile_cache = 'auto'
+  # The PRNG behind dropout (train/prng.py): threefry (JAX's default) | rbg | unsafe_rbg (XLA's
+  # RngBitGenerator draws the masks; t5x trains with unsafe_rbg). It changes which masks are
+  # drawn, not what the model computes; a run resumes with the masks it would have drawn.
+  t.rng_impl = 'threefry'
   return t
 
 

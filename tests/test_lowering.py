@@ -8,9 +8,15 @@ under `jax.jit`; the mesh strategy's step is its own jit. Every export runs with
 (instead of reading `model.attention_impl`, resolved before) fails here, and the lowered
 module must hold no host callback. cuDNN's fused attention cannot be lowered without cuDNN;
 `benchmarks/gpu.sh` exercises it on a GPU.
+
+The bfloat16 pretraining step lowered for `tpu` also says what a profile would otherwise have
+to find on the device: every matrix product takes bfloat16 operands (accumulating in float32
+is fine), and the dropout masks' bits come from the PRNG `train.rng_impl` names.
 """
 
 import functools
+import math
+import re
 from unittest import mock
 
 import flax.linen as nn
@@ -49,13 +55,14 @@ def setup(dtype: str, impl: str, *overrides: str, exp: str = 'mlm_nsp_tiny:smoke
   return config, task, model, tx, state, batch
 
 
-def export(fn, *args) -> str:
-  """`fn` exported for cuda and tpu, traced while `jax.default_backend` refuses to answer."""
+def export(fn, *args, platforms=PLATFORMS) -> str:
+  """`fn` exported for `platforms` (cuda and tpu), traced while `jax.default_backend` refuses
+  to answer."""
   def refuse():
     raise AssertionError('jax.default_backend() was called while tracing')
   with mock.patch.object(jax, 'default_backend', refuse):
-    exported = jax.export.export(fn, platforms=PLATFORMS)(*args)
-  assert tuple(exported.platforms) == PLATFORMS
+    exported = jax.export.export(fn, platforms=platforms)(*args)
+  assert tuple(exported.platforms) == tuple(platforms)
   text = exported.mlir_module()
   for word in CALLBACKS:
     assert word not in text, f'a host callback ({word}) in the lowered module'
@@ -180,3 +187,89 @@ def test_mlm_modern_base_lowers_at_its_size_with_stable_adamw_and_wsd():
   step = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
                            axis_name='batch')
   export(pmap_as_shard_map(step, (P(), P('batch')), (P(), P())), state, batch)
+
+
+def dot_operand_types(text: str) -> list[tuple[str, ...]]:
+  """The operands' element types of every `stablehlo.dot_general` in a lowered module."""
+  out = []
+  for line in text.splitlines():
+    if 'stablehlo.dot_general' in line:
+      operands = re.search(r':\s*\(([^)]*)\)\s*->', line).group(1)
+      out.append(tuple(re.findall(r'x([a-z]+\d*)>', operands)))
+  return out
+
+
+def threefry_sizes(text: str) -> list[int]:
+  """Elements of each uint32 operand of a call to threefry's hash (jax outlines it as a
+  function named threefry2x32*): a dropout mask's size when threefry draws the masks."""
+  sizes = []
+  for types in re.findall(r'call @threefry2x32\w*\([^)]*\)\s*:\s*\(([^)]*)\)', text):
+    sizes += [math.prod(int(d) for d in dims.split('x') if d)
+              for dims in re.findall(r'tensor<([\dx]*)xui32>', types)]
+  return sizes
+
+
+def rng_bit_generator_shapes(text: str) -> list[tuple[int, ...]]:
+  """The bits' shape of every `stablehlo.rng_bit_generator` (its second result)."""
+  found = re.findall(r'stablehlo\.rng_bit_generator.*->\s*\(tensor<[^>]*>,\s*tensor<([\dx]*)xui32>',
+                     text)
+  return [tuple(int(d) for d in dims.split('x') if d) for dims in found]
+
+
+@pytest.mark.parametrize('rng_impl', ['threefry', 'rbg', 'unsafe_rbg'])
+def test_bfloat16_train_step_for_tpu_multiplies_in_bfloat16_and_draws_masks_from_its_prng(
+    rng_impl):
+  # BERT's recipe (dropout 0.1 on the hidden states and on the attention probabilities), the
+  # pmap step over 8 devices, lowered for a TPU alone.
+  config, task, model, tx, state, batch = setup(
+      'bfloat16', 'explicit', 'model.dropout_rate=0.1', 'model.attention_dropout_rate=0.1')
+  train = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
+                            axis_name='batch', rng_impl=rng_impl)
+  text = export(pmap_as_shard_map(train, (P(), P('batch')), (P(), P())), state, batch,
+                platforms=('tpu',))
+  dots = dot_operand_types(text)
+  # Every product of the step, forward and backward (Q/K/V, scores, context, output, FFN,
+  # pooler, NSP and the MLM decoder) takes bfloat16 operands; none must stay float32.
+  assert len(dots) >= 40 and all(types == ('bf16', 'bf16') for types in dots), \
+      sorted({t for t in dots if t != ('bf16', 'bf16')})
+  per_device = config.train.batch_size // 8
+  seq, heads = config.data.max_seq_length, model.config.num_heads
+  attention_mask = (per_device, heads, seq, seq)  # one layer's attention-dropout mask
+  hashed, generated = threefry_sizes(text), rng_bit_generator_shapes(text)
+  if rng_impl == 'threefry':
+    assert not generated
+    assert max(hashed) >= math.prod(attention_mask)  # the masks' bits: threefry's hash
+  else:
+    assert attention_mask in generated  # the masks' bits: XLA's RngBitGenerator
+    assert max(hashed) <= 4  # threefry still derives keys (the step's), never a mask
+
+
+# The long-context attention forms on ModernBERT's architecture (RoPE, a local layer, packed
+# rows), with the real train step: blockwise (plain JAX, any backend) and splash (TPU's
+# Pallas kernel, lowered as Mosaic, not interpreted).
+@pytest.mark.parametrize('attention_dropout', ['0.0', '0.1'])
+def test_blockwise_train_step_lowers_for_cuda_and_tpu(attention_dropout):
+  _, task, model, tx, state, batch = setup(
+      'bfloat16', 'blockwise', *MODERN, 'model.attention_block_size=8',
+      f'model.attention_dropout_rate={attention_dropout}')
+  assert model.config.attention_impl == 'blockwise' and batch['input_ids'].shape[-1] > 8
+  train = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
+                            axis_name='batch')
+  text = export(pmap_as_shard_map(train, (P(), P('batch')), (P(), P())), state, batch)
+  assert 'stablehlo.while' in text  # the loop over key blocks, forward and backward
+
+
+def test_splash_train_step_lowers_for_tpu():
+  with mock.patch('encoder.modules.config.local_platform', lambda: 'tpu'):  # auto on a TPU
+    _, task, model, tx, state, batch = setup('bfloat16', 'auto', *MODERN)
+  assert model.config.attention_impl == 'splash' and not model.config.pallas_interpret
+  assert model.config.head_dim >= 64  # modern_tiny: 2 heads of 64, which splash takes
+  train = functools.partial(train_step, model=model, task=task, tx=tx, grad_accum_steps=1,
+                            axis_name='batch')
+  text = export(pmap_as_shard_map(train, (P(), P('batch')), (P(), P())), state, batch,
+                platforms=('tpu',))
+  assert 'tpu_custom_call' in text  # the Mosaic kernels: forward, dq and dkv
+  evaluate = functools.partial(eval_step, model=model, task=task, axis_name='batch')
+  text = export(pmap_as_shard_map(evaluate, (P(), P('batch')), P()), state.params, batch,
+                platforms=('tpu',))
+  assert 'tpu_custom_call' in text

@@ -4,6 +4,7 @@ the matmul ceiling they are measured against, ours and theirs, and one measureme
 
 from __future__ import annotations
 
+import functools
 import resource
 import statistics
 import time
@@ -15,6 +16,8 @@ from benchmarks.common.synthetic import bench_config, random_batch
 from encoder.modules import matmul
 from encoder.tasks import pretraining as task
 from encoder.train.run_setup import setup_steps
+from encoder.train.steps import train_step
+from encoder.train.strategy import OneDeviceStrategy
 
 
 def keys_per_query(seq: int, window: int) -> float:
@@ -65,11 +68,13 @@ class Ceiling:
 
 class Ours:
   """Our train step as the trainer sets it up (`setup_steps`: the strategy `parallel` names,
-  the state seeded by `train.seed`, donated to the step), on one device-resident batch."""
+  the state seeded by `train.seed`, donated to the step), on one device-resident batch;
+  `donate=False` compiles the same step without donating the state (`undonated_step`)."""
 
-  def __init__(self, config, batch: dict):
+  def __init__(self, config, batch: dict, donate: bool = True):
     run = setup_steps(config)
-    self.strategy, self.state, self.step_fn = run.strategy, run.state, run.train_step
+    self.strategy, self.state = run.strategy, run.state
+    self.step_fn = run.train_step if donate else undonated_step(run)
     self.batch = run.strategy.place_batch(batch)
     start = time.perf_counter()
     self.run(1)
@@ -86,6 +91,19 @@ class Ours:
   def loss(self) -> float:
     """The loss of the last step run."""
     return float(task.reduce_metrics(self.strategy.sum_metrics([self.metrics]))['loss'])
+
+
+def undonated_step(run):
+  """The train step of a one-device run (`OneDeviceStrategy`'s jit) without donating the
+  state, so XLA writes the new state beside the old one: what donation saves (one device only;
+  a pmap or mesh step is refused)."""
+  if not isinstance(run.strategy, OneDeviceStrategy):
+    raise ValueError(f'the undonated step is built for one device, not {run.strategy.name}')
+  t = run.config.train
+  return jax.jit(functools.partial(
+      train_step, model=run.model, task=run.task, tx=run.tx,
+      grad_accum_steps=t.grad_accum_steps, one_device=True,
+      skip_nonfinite=bool(t.skip_nonfinite), rng_impl=t.rng_impl))
 
 
 class Theirs:
@@ -155,7 +173,7 @@ def measure(size: str, args) -> dict:
   hidden = task.build_model(config).config.hidden_size
   shape = args.ceiling_shape or (args.batch * args.seq, hidden, 4 * hidden)
   ceiling = Ceiling(*shape, args.dtype)
-  ours = Ours(config, batch)
+  ours = Ours(config, batch, getattr(args, 'donate', True))
   rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   # Hugging Face's side is BertForPreTraining: a modern_* size has no BERT to compare with.
   theirs = (Theirs(config, batch) if args.compare == 'torch' and not size.startswith('modern')

@@ -1,6 +1,17 @@
-"""Reading a `jax.profiler` trace of XLA:CPU: what each executed op is (from the HLO text of
-the executable that ran), its category and phase, and the wall time split between the ops
-running at each instant (benchmarks/step_profile.py prints the result)."""
+"""Reading a `jax.profiler` trace: what each executed op is (from the HLO text of the
+executable that ran), its category and phase, and the wall time split between the ops running
+at each instant (benchmarks/step_profile.py and benchmarks/gpu_step.py print the result).
+
+Where the ops are in the trace (`read_jax_trace`): XLA:CPU runs them on host threads, one event
+per op carrying its HLO name (`hlo_op`). On a GPU they are the kernels of the device's streams
+(process `/device:GPU:<i>`, one line per stream, `Stream #<id>(...)`), each kernel carrying the
+HLO instruction that launched it in `hlo_op` (and its own name as the event's); the host's
+events with an `hlo_op` there (cuLaunchKernel under `/host:CUPTI`) are launches, not work, and
+are not counted. Inside an XLA command buffer (a CUDA graph) the kernels carry the command
+buffer's name instead, so benchmarks/gpu_step.py compiles the profiled step without them (a
+kernel XLA generated is still found by its own name, `device_ops`; a cuBLAS or cuDNN one is
+not). A TPU's ops are on the `XLA Ops` line of `/device:TPU:<i>`.
+"""
 
 from __future__ import annotations
 
@@ -35,13 +46,24 @@ class HloIndex:
       name, shape, opcode, rest = m.groups()
       op = re.search(r'op_name="([^"]*)"', rest)
       calls = re.search(r'calls=%([^\s,}]+)', rest)
+      target = re.search(r'custom_call_target="([^"]*)"', rest)
       self.info[name] = {'opcode': opcode, 'shape': shape, 'op_name': op.group(1) if op else '',
                          'calls': calls.group(1) if calls else None,
-                         'operands': rest.split(')')[0]}
+                         'operands': rest.split(')')[0],
+                         'target': target.group(1) if target else ''}
       computations[current].append(name)
     self.computations = computations
     self.arguments = {n for n in computations.get(self.entry, ())
                       if self.info[n]['opcode'] == 'parameter'}  # the step's inputs
+    # A GPU kernel's own name is its instruction's with '.' and '-' made '_' (a kernel
+    # without an `hlo_op` in the trace is found by it).
+    self.kernels = {re.sub(r'[.\-]', '_', n): n for n in computations.get(self.entry, ())}
+
+  def resolve(self, name: str) -> str:
+    """The instruction a traced op names: itself, or the one whose kernel it is."""
+    if name in self.info:
+      return name
+    return self.kernels.get(re.sub(r'[.\-]', '_', name), name)
 
   def fused(self, name: str) -> tuple[set, list]:
     """Opcodes and op_names inside a fusion (empty sets for a plain instruction)."""
@@ -92,8 +114,12 @@ def our_category(name: str, hlo: HloIndex, batch: int) -> str:
     return 'optimizer (clip, AdamW)'
   if 'ropout' in op_name:
     return 'dropout: apply'
+  target = info.get('target', '')
+  if opcode == 'custom-call' and 'fmha' in target:
+    return 'matmul: attention'  # cuDNN's fused attention: both products, softmax and dropout
   is_dot = bool({'dot', 'convolution'} & opcodes) or (
-      opcode == 'custom-call' and 'matmul' in info['operands'])
+      opcode == 'custom-call' and ('matmul' in info['operands'] or 'gemm' in target
+                                   or 'matmul' in target))  # cuBLAS on a GPU
   if is_dot:
     return 'matmul: attention' if any(a in op_name for a in _ATTENTION_DOT) \
         else 'matmul: dense layers'
@@ -201,18 +227,63 @@ def async_spans(ops: list[dict], ends: list[dict]) -> list[tuple[float, float, s
           if done > returned + 50]  # 50 µs: an op that finished where it ran
 
 
-def read_jax_trace(trace_dir: str, n_steps: int) -> list[dict]:
+def device_op_lines(trace_events: list[dict]) -> set[tuple[int, int]]:
+  """(pid, tid) of the lines that hold an accelerator's ops: a GPU's streams, else a TPU's
+  `XLA Ops` (a GPU's derived lines, if any, repeat its streams' kernels), else every line of a
+  `/device:` process; empty for a CPU, whose ops run on host threads."""
+  processes = {e['pid']: e['args'].get('name', '') for e in trace_events
+               if e.get('ph') == 'M' and e.get('name') == 'process_name'}
+  lines = {(e['pid'], e['tid']): e['args'].get('name', '') for e in trace_events
+           if e.get('ph') == 'M' and e.get('name') == 'thread_name'
+           and processes.get(e['pid'], '').startswith('/device:')}
+  for wanted in (lambda n: n.startswith('Stream #'), lambda n: n == 'XLA Ops'):
+    chosen = {line for line, name in lines.items() if wanted(name)}
+    if chosen:
+      return chosen
+  return set(lines)
+
+
+def device_ops(events: list[dict], lines: set[tuple[int, int]],
+               hlo: HloIndex | None = None) -> list[dict]:
+  """The events of those lines, each named by the HLO instruction that ran it (`hlo_op`), else
+  by its own name (a kernel XLA did not annotate, a copy, a memset). Given the executable's
+  `hlo`, a kernel whose `hlo_op` is not one of its instructions (a command buffer's name) but
+  whose own name is an instruction's kernel is named by that instruction."""
+  out = []
+  for e in events:
+    if (e['pid'], e.get('tid')) not in lines:
+      continue
+    name = (e.get('args') or {}).get('hlo_op') or e['name']
+    if hlo is not None and name not in hlo.info and hlo.resolve(e['name']) in hlo.info:
+      name = hlo.resolve(e['name'])
+    out.append({**e, 'name': name})
+  return out
+
+
+def read_jax_trace(trace_dir: str, n_steps: int, hlo: HloIndex | None = None) -> list[dict]:
   """Per profiled step (the `step_profile:i` annotations): wall ms, the ms of each HLO op
-  (`share_wall`) and of UNTRACED, and the busy ms (wall less idle)."""
+  (`share_wall`) and of UNTRACED, and the busy ms (wall less idle). On an accelerator the ops
+  are its own (`device_op_lines`, named as `device_ops` names them) and busy is the time any
+  of them ran."""
   [path] = glob.glob(os.path.join(trace_dir, 'plugins', 'profile', '*', 'perfetto_trace.json.gz'))
   with gzip.open(path) as f:
-    events = [e for e in json.load(f)['traceEvents'] if e.get('ph') == 'X']
+    trace_events = json.load(f)['traceEvents']
+  events = [e for e in trace_events if e.get('ph') == 'X']
+  device = device_op_lines(trace_events)
   marks = sorted((e for e in events if re.fullmatch(r'step_profile:\d+', e['name'])),
                  key=lambda e: e['ts'])[:n_steps]
   steps = []
   for mark in marks:
     start, end = mark['ts'], mark['ts'] + mark['dur']
     inside = [e for e in events if start <= e['ts'] < end]
+    if device:
+      ops = device_ops(inside, device, hlo)
+      segments = [s for line in device for s in innermost_segments(
+          [e for e in ops if (e['pid'], e['tid']) == line])]
+      per_op, busy = share_wall(segments)
+      steps.append({'wall_ms': mark['dur'] / 1e3, 'busy_ms': busy, 'ops': per_op,
+                    'thread_ms': sum(e - s for s, e, _ in segments) / 1e3})
+      continue
     ops = [e for e in inside if 'hlo_op' in (e.get('args') or {})]
     by_thread, pool = collections.defaultdict(list), collections.defaultdict(list)
     for e in ops:
@@ -227,3 +298,26 @@ def read_jax_trace(trace_dir: str, n_steps: int) -> list[dict]:
     steps.append({'wall_ms': mark['dur'] / 1e3, 'busy_ms': busy, 'ops': per_op,
                   'thread_ms': sum(e - s for s, e, _ in segments) / 1e3})
   return steps
+
+
+def categorize_steps(steps: list[dict], hlo: HloIndex, batch: int) -> list[dict]:
+  """`read_jax_trace`'s steps with their op ms summed by category (`our_category`), phase and,
+  for the backward, category again; an op the executable's HLO does not name (a GPU memcpy,
+  a kernel of another module) counts under NOT_IN_HLO."""
+  out = []
+  for s in steps:
+    categories, phases, backward = (collections.Counter() for _ in range(3))
+    for name, ms in s['ops'].items():
+      instruction = hlo.resolve(name)
+      known = instruction in hlo.info or name == UNTRACED
+      category = our_category(instruction, hlo, batch) if known else NOT_IN_HLO
+      phase = phase_of(hlo.info[instruction]['op_name']) if instruction in hlo.info else 'other'
+      categories[category] += ms
+      phases[phase] += ms
+      if phase == 'backward':
+        backward[category] += ms
+    out.append({**s, 'categories': categories, 'phases': phases, 'backward': backward})
+  return out
+
+
+NOT_IN_HLO = "not in the step's HLO (copies, memsets)"

@@ -21,12 +21,12 @@ import numpy as np
 from encoder import config_schema, storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.data.tokenizer import load_tokenizer
-from encoder.errors import CheckpointError, DataError
+from encoder.errors import CheckpointError, ConfigError, DataError
 from encoder.inference import answer, classify, tag
 from encoder.inference import text as text_lib
 from encoder.inference.fine_tuned import softmax
 from encoder.inference.plot import attention_figure
-from encoder.modules.config import model_config
+from encoder.modules.config import checked, model_config
 from encoder.modules.heads import MlmHead
 from encoder.modules.pooling import POOLINGS, pool
 from encoder.modules.transformer import Encoder
@@ -59,10 +59,12 @@ class Encoded:
   input_mask: np.ndarray  # [batch, seq] int32, 1 for real tokens
 
 
-def load(path: str) -> Model:
-  """Loads a workdir (its newest checkpoint) or one checkpoint step directory; see `Model`."""
+def load(path: str, *, attention_impl: str = 'auto') -> Model:
+  """Loads a workdir (its newest checkpoint) or one checkpoint step directory; see `Model`.
+  `attention_impl` is how this machine computes attention (`model.attention_impl`'s values;
+  auto: the fastest form here), whatever the run was trained with: the values are the same."""
   workdir, _ = resolve_checkpoint(path)
-  config, tokenizer, cfg = _read_workdir(workdir)
+  config, tokenizer, cfg = _read_workdir(workdir, attention_impl)
   _, params_dir, params = restore_newest_params(path)
   return Model(config, params, tokenizer, cfg, path=params_dir, workdir=workdir)
 
@@ -77,7 +79,7 @@ def load_untrained(workdir: str, seed: int = 0) -> Model:
                workdir=workdir)
 
 
-def _read_workdir(workdir: str):
+def _read_workdir(workdir: str, attention_impl: str = 'auto'):
   """(completed config, tokenizer, model config for inference) of one of our workdirs."""
   config_path = os.path.join(workdir, 'config.json')
   if not storage.isfile(config_path):
@@ -95,11 +97,15 @@ def _read_workdir(workdir: str):
   except DataError as e:
     raise CheckpointError(f"'{workdir}': unreadable tokenizer ({e})") from None
   config = config_schema.complete(config)  # fields an earlier version did not write
+  try:  # what training refuses, refused here too: the override below would hide a bad name
+    checked(config['model'])
+  except ConfigError as e:
+    raise ConfigError(f"'{config_path}': {e}") from None
   vocab = config['model']['vocab_size'] or tokenizer.vocab_size
-  # Inference never drops out, and attention is computed as suits this machine (`auto`),
-  # whatever the machine the checkpoint was trained on was told.
+  # Inference never drops out, and attention is computed as suits this machine (`auto`, or
+  # the caller's choice), whatever the machine the checkpoint was trained on was told.
   cfg = model_config({**config['model'], 'dropout_rate': 0.0, 'attention_dropout_rate': 0.0,
-                      'attention_impl': 'auto'}, vocab)
+                      'attention_impl': attention_impl}, vocab)
   return config, tokenizer, cfg
 
 
@@ -196,8 +202,11 @@ class Model:
     if pooling not in POOLINGS:
       raise DataError(f"pooling='{pooling}' is not one of {', '.join(POOLINGS)}")
     out = self.encode(texts, max_length=max_length)
+    # Pooled in float32 whatever the compute dtype, as embed_packed pools: a bfloat16 model's
+    # mean taken in bfloat16 would round each vector to bfloat16 (float32: the same array).
+    sequence = np.asarray(out.sequence_output, np.float32)
     # A writable host array, as callers normalise in place (np.asarray of a jax.Array is not).
-    vectors = np.array(pool(out.sequence_output, out.input_mask, pooling))
+    vectors = np.array(pool(sequence, out.input_mask, pooling))
     if normalize:
       vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return vectors

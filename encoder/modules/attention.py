@@ -1,5 +1,18 @@
-"""Multi-head self-attention over the full score matrix, masked by padding or packed examples
-(and causally, for ablations).
+"""Multi-head self-attention: one module, several forms of the same mathematics behind
+`model.attention_impl`, all reading one mask description (`AttentionMask`: padding, packed
+examples, causal, a local window).
+
+- explicit: the whole [b, h, q, k] score matrix, masked (probabilities and dropout; what
+  attention maps plot);
+- blockwise: the online softmax over only the key blocks the mask reaches
+  (encoder/modules/blockwise_attention.py), in plain JAX on every backend;
+- splash: Pallas's TPU kernel (encoder/modules/splash_attention.py);
+- cudnn: cuDNN's fused kernel on NVIDIA GPUs, through `jax.nn.dot_product_attention`;
+- xla: `jax.nn.dot_product_attention` with no implementation named (plain XLA).
+
+Which form a layer runs is `layer_form`: a function of the config and of what the layer is
+given (its window, packed rows, active dropout, a request for probabilities), never of the
+backend, so a model lowers for any platform from any other.
 
 Shape letters: see `encoder.modules`.
 """
@@ -12,35 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.modules import matmul
+from encoder.modules.attention_mask import AttentionMask
+from encoder.modules.blockwise_attention import blockwise_attention
 from encoder.modules.config import ModelConfig
 from encoder.modules.layers import compute_dtype, truncated_normal, zeros_init
 from encoder.modules.rotary import apply_rope
-
-
-def attention_mask(input_mask: jax.Array, kind: str,
-                   segmentation: jax.Array | None = None, window: int = 0) -> jax.Array:
-  """Boolean [batch, 1, query (or 1), key] mask: True where a query may attend to a key.
-
-  Unpacked (`segmentation` None): every query (padding queries too) attends to every real
-  key. Packed: `segmentation` is each token's example id within its row (t5x's
-  `*_segmentation`; 0 = padding), and the mask is block-diagonal: a token attends only to the
-  tokens of its own example, and padding only to padding. `causal` further keeps only keys at
-  or before the query. Padding queries' outputs are never read; they attend to something
-  rather than produce all-masked rows. `window` > 0 (a local layer's total window) further
-  keeps only keys at most window // 2 positions from the query, as ModernBERT's sliding
-  window does (|q - k| <= 64 for its 128).
-  """
-  if segmentation is None:
-    keys = input_mask.astype(bool)[:, None, None, :]
-  else:
-    keys = (segmentation[:, :, None] == segmentation[:, None, :])[:, None]
-  seq = input_mask.shape[-1]
-  if kind == 'causal':
-    keys = keys & jnp.tril(jnp.ones((seq, seq), bool))[None, None]
-  if window:
-    index = jnp.arange(seq)
-    keys = keys & (jnp.abs(index[:, None] - index[None, :]) <= window // 2)[None, None]
-  return keys
+from encoder.modules.splash_attention import splash_attention, splash_takes
 
 
 class _Projection(nn.Module):
@@ -81,28 +71,66 @@ class _Projection(nn.Module):
     return kernel, bias
 
 
+def layer_form(cfg: ModelConfig, mask: AttentionMask, *, dropout: bool, probs: bool,
+               training: bool = True) -> str:
+  """The form a layer with `mask` runs: `cfg.attention_impl`, or what stands in for it where
+  its kernel cannot take the layer's mask, dropout or dtype.
+
+  Probabilities (attention maps) come only from the explicit form. A row of at most one
+  block gives blockwise nothing to skip: it takes the explicit form (its values exactly);
+  so does a forward pass alone (`training` False) of up to two blocks, where the explicit
+  form's inference path still wins (modern_mini at 512 tokens: 18.0k tokens/s against
+  16.0k; at 1,024 blockwise leads, 17.4k against 7.0k: docs/performance.md).
+  cuDNN (through `jax.nn.dot_product_attention`) takes padding as key lengths, causal
+  masking, and 16-bit inputs, but neither dropout nor a two-sided window nor packed rows:
+  those layers run blockwise. Splash takes segment ids, local and causal masks, but no
+  dropout and no head size under 64 (`splash_takes`). xla keeps its behaviour: the explicit
+  form when dropping out.
+  """
+  impl = cfg.attention_impl
+  if probs or impl == 'explicit':
+    return 'explicit'
+  if impl == 'xla':
+    return 'explicit' if dropout else 'xla'
+  if impl == 'cudnn' and not (dropout or mask.window or mask.packed or cfg.dtype == 'float32'):
+    return 'cudnn'
+  if impl == 'splash' and not dropout and splash_takes(cfg.head_dim):
+    return 'splash'
+  explicit_up_to = cfg.attention_block_size * (1 if training else 2)
+  return 'explicit' if mask.length <= explicit_up_to else 'blockwise'
+
+
+def forms_by_layer_kind(cfg: ModelConfig, length: int, *, packed: bool,
+                        training: bool) -> dict[str, str]:
+  """{'global': form, 'local': form (if any layer is local)} of rows of `length` tokens: what
+  `layer_form` picks for this model's layers, for the run's log."""
+  ones = jnp.asarray(np.ones((1, length), np.int32))
+  mask = AttentionMask(ones, ones if packed else None, causal=cfg.attention == 'causal')
+  dropout = training and cfg.attention_dropout_rate > 0
+  forms = {'global': layer_form(cfg, mask, dropout=dropout, probs=False, training=training)}
+  if any(cfg.is_local(i) for i in range(cfg.num_layers)):
+    forms['local'] = layer_form(cfg, mask.with_window(cfg.local_window), dropout=dropout,
+                                probs=False, training=training)
+  return forms
+
+
 class SelfAttention(nn.Module):
   """Q/K/V and output projections (biases unless `use_bias` is off), rotary positions on Q and
-  K when given, scaled dot-product, dropout on the probabilities.
+  K when given, scaled dot-product in the form `layer_form` picks, dropout on the
+  probabilities.
 
   Q, K and V are one matmul against their three kernels stacked ([m, 3, h, d]): one larger
   product keeps the CPU's matmul units busier than three, and the backward pass sums the
   three input gradients inside that one product instead of adding three.
-
-  `config.attention_impl` (made concrete by `model_config`, never by asking the backend here)
-  picks how scores are formed: `explicit` computes them with einsums in the [b, h, s, d] layout
-  (float32 softmax); `xla` calls `jax.nn.dot_product_attention` with no implementation named,
-  which is plain XLA (no fused kernel); `cudnn` asks it for cuDNN's fused kernel (NVIDIA GPUs
-  only). Only the explicit form returns probabilities or drops them out, so it is taken
-  whenever either is needed, whatever the implementation asked.
   """
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, rope=None, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: AttentionMask, *, rope=None,
+               deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
-    """`mask`: `attention_mask(...)`, made once per forward pass by the encoder (a local
-    layer's with its band). `rope`: (cos, sin) [b, s, d] from `rotary.rope_tables`, or None."""
+    """`mask`: what each query may see (a local layer's with its window). `rope`: (cos, sin)
+    [b, s, d] from `rotary.rope_tables`, or None."""
     cfg = self.config
     dtype = compute_dtype(cfg)
     params = [_Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
@@ -110,11 +138,13 @@ class SelfAttention(nn.Module):
     qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ())))
     if cfg.use_bias:
       qkv = qkv + jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
-    dropout_active = not deterministic and cfg.attention_dropout_rate > 0
+    dropout = not deterministic and cfg.attention_dropout_rate > 0
+    form = layer_form(cfg, mask, dropout=dropout, probs=return_probs,
+                      training=not deterministic)
     probs = None
-    if cfg.attention_impl == 'explicit' and deterministic and not return_probs:
-      context = _normalized_late(qkv, mask, rope, cfg.head_dim, dtype)
-    elif return_probs or dropout_active or cfg.attention_impl == 'explicit':
+    if form == 'explicit' and deterministic and not return_probs:
+      context = _normalized_late(qkv, mask.dense(), rope, cfg.head_dim, dtype)
+    elif form == 'explicit':
       # [b, h, s, d] each, taken apart by a split rather than by unpacking: the gradient of an
       # unpack is three pads of the [3, b, h, s, d] gradient and two adds, that of a split one
       # concatenate (MiniLM's SST-2 step at length 32: -4 to -5%, docs/performance.md).
@@ -123,7 +153,7 @@ class SelfAttention(nn.Module):
         cos, sin = (t[:, None] for t in rope)
         query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
       scores = jnp.einsum('bhqd,bhkd->bhqk', query, key) / jnp.sqrt(cfg.head_dim).astype(dtype)
-      scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+      scores = jnp.where(mask.dense(), scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
       probs = jax.nn.softmax(scores, axis=-1)
       dropped = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
       context = jnp.einsum('bhqk,bhkd->bqhd', dropped.astype(dtype), value)
@@ -132,19 +162,37 @@ class SelfAttention(nn.Module):
       if rope is not None:
         cos, sin = (t[:, :, None] for t in rope)
         query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
-      # cuDNN takes a mask only as a bias of the scores' own shape: [b, 1, q, k], not the
-      # [b, 1, 1, k] that broadcasts; any mask (padding anywhere, causal) stays exact. Packed
-      # rows come as the same mask: dot_product_attention's query/key_seq_lengths describe
-      # one example per row, so they cannot say where packed examples begin. A local layer's
-      # band travels in the mask too: cuDNN's sliding window is one-sided (causal) only.
-      context = jax.nn.dot_product_attention(
-          query, key, value, mask=jnp.broadcast_to(mask, (x.shape[0], 1, x.shape[1], x.shape[1])),
-          implementation=cfg.attention_impl)
+      context = self._fused_or_blockwise(form, query, key, value, mask, dropout)
     out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
     out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
     if out_bias is not None:
       out = out + out_bias.astype(dtype)
     return out, probs
+
+  def _fused_or_blockwise(self, form: str, query, key, value, mask: AttentionMask,
+                          dropout: bool) -> jax.Array:
+    """The context [b, s, h, d] of the forms that never form the score matrix here."""
+    cfg = self.config
+    if form == 'blockwise':
+      return blockwise_attention(
+          query, key, value, mask, block=cfg.attention_block_size,
+          dropout_rate=cfg.attention_dropout_rate if dropout else 0.0,
+          dropout_rng=self.make_rng('dropout') if dropout else None)
+    if form == 'splash':
+      return splash_attention(query, key, value, mask, interpret=cfg.pallas_interpret)
+    if form == 'cudnn':
+      # Padding as key lengths (rows are right-padded): every query, padding ones too,
+      # attends to its row's real keys, as the explicit form's mask says.
+      lengths = (mask.input_mask != 0).sum(axis=-1).astype(jnp.int32)
+      return jax.nn.dot_product_attention(query, key, value, is_causal=mask.causal,
+                                          key_value_seq_lengths=lengths,
+                                          implementation='cudnn')
+    # xla: a mask of the scores' own shape, [b, 1, q, k] (not the [b, 1, 1, k] that
+    # broadcasts), as jax.nn.dot_product_attention takes any mask.
+    b, s = mask.input_mask.shape
+    return jax.nn.dot_product_attention(
+        query, key, value, mask=jnp.broadcast_to(mask.dense(), (b, 1, s, s)),
+        implementation='xla')
 
 
 def _normalized_late(qkv, mask, rope, head_dim: int, dtype):

@@ -29,8 +29,10 @@ POOLINGS = ('cls', 'mean')
 CLASSIFIER_HEADS = ('linear', 'mlp')
 # How attention is computed (the mathematics is the same): `explicit` forms the score matrix
 # with einsums (probabilities and dropout available); `xla` and `cudnn` call
-# `jax.nn.dot_product_attention` (plain XLA, or cuDNN's fused kernel on NVIDIA GPUs).
-ATTENTION_IMPLS = ('auto', 'explicit', 'xla', 'cudnn')
+# `jax.nn.dot_product_attention` (plain XLA, or cuDNN's fused kernel on NVIDIA GPUs);
+# `blockwise` is the online softmax over only the key blocks the mask reaches (plain JAX);
+# `splash` is Pallas's TPU kernel. encoder/modules/attention.py picks per layer.
+ATTENTION_IMPLS = ('auto', 'explicit', 'xla', 'cudnn', 'blockwise', 'splash')
 
 
 # BERT-base's fields as the schema holds them: the dataclass's defaults, for modules built by hand.
@@ -50,6 +52,10 @@ class ModelConfig:
   type_vocab_size: int = BASE['type_vocab_size']  # 0: no segment embeddings (ModernBERT)
   attention: str = BASE['attention']
   attention_impl: str = 'explicit'  # never 'auto' here: `model_config` resolves it
+  attention_block_size: int = 256  # the blockwise form's tile of keys (see attention.py)
+  remat: bool = False  # recompute each layer's activations in the backward pass
+  # Pallas kernels (splash) in interpret mode: set by `model_config` off TPU, never by a config.
+  pallas_interpret: bool = False
   norm: str = BASE['norm']
   activation: str = BASE['activation']
   dtype: str = BASE['dtype']
@@ -98,6 +104,8 @@ class ModelConfig:
     if self.position_embedding == 'rope' and self.head_dim % 2:
       raise ConfigError(f'model.position_embedding=rope needs an even head size '
                         f'(hidden_size / num_heads = {self.head_dim})')
+    if self.attention_block_size < 1:
+      raise ConfigError(f'model.attention_block_size={self.attention_block_size} must be >= 1')
     for name in ('local_window', 'global_every', 'type_vocab_size'):
       if getattr(self, name) < 0:
         raise ConfigError(f'model.{name}={getattr(self, name)} must be >= 0')
@@ -120,7 +128,9 @@ class ModelConfig:
 # architecture (dtype, dropout and the attention implementation stay the new run's choice).
 ARCHITECTURE_FIELDS = ('size', *(f.name for f in dataclasses.fields(ModelConfig)
                                  if f.name not in ('attention_impl', 'dtype', 'dropout_rate',
-                                                   'attention_dropout_rate')))
+                                                   'attention_dropout_rate',
+                                                   'attention_block_size', 'remat',
+                                                   'pallas_interpret')))
 
 
 def local_platform() -> str:
@@ -137,9 +147,11 @@ def local_platform() -> str:
 def attention_impl(requested: str, platform: str, dtype: str, dropout_rate: float) -> str:
   """`model.attention_impl`, with `auto` made concrete for `platform` (cpu, gpu/cuda, tpu).
 
-  auto: explicit on CPU (no fused kernel there, and the explicit form measured faster than
-  the XLA one); xla on TPU; cudnn on an NVIDIA GPU for bfloat16 without attention dropout
-  (the fused kernel has neither dropout nor probabilities); explicit otherwise.
+  auto: splash on TPU; cudnn on an NVIDIA GPU; blockwise elsewhere (CPU, ROCm). Each layer
+  then runs that form where its kernel takes the layer's mask, dropout and dtype, and the
+  blockwise one where not (`attention.layer_form`); a row of one block runs the explicit
+  form, which blockwise equals there. `dtype` and `dropout_rate` are the run's: kept in the
+  signature so a platform rule may read them.
   """
   if requested not in ATTENTION_IMPLS:
     raise ConfigError(f"model.attention_impl='{requested}' is not one of "
@@ -148,13 +160,14 @@ def attention_impl(requested: str, platform: str, dtype: str, dropout_rate: floa
   if requested == 'cudnn' and not nvidia:
     raise ConfigError(f"model.attention_impl='cudnn' needs an NVIDIA GPU (this is {platform}): "
                       "use auto, explicit or xla")
+  del dtype, dropout_rate  # read per layer by attention.layer_form
   if requested != 'auto':
     return requested
   if platform == 'tpu':
-    return 'xla'
-  if nvidia and dtype == 'bfloat16' and not dropout_rate:
+    return 'splash'
+  if nvidia:
     return 'cudnn'
-  return 'explicit'
+  return 'blockwise'
 
 
 def model_config(model: Any, vocab_size: int | None = None, platform: str | None = None
@@ -174,9 +187,12 @@ def model_config(model: Any, vocab_size: int | None = None, platform: str | None
   unknown = sorted(set(resolved) - {f.name for f in dataclasses.fields(ModelConfig)})
   if unknown:
     raise ConfigError(f"unknown model field(s): {', '.join(unknown)}")
+  platform = platform or local_platform()
   resolved['attention_impl'] = attention_impl(
-      resolved['attention_impl'], platform or local_platform(), resolved['dtype'],
+      resolved['attention_impl'], platform, resolved['dtype'],
       resolved['attention_dropout_rate'])
+  # Off TPU, splash runs as Pallas interprets it (exact, slow: what the tests check).
+  resolved['pallas_interpret'] = resolved['attention_impl'] == 'splash' and platform != 'tpu'
   return ModelConfig(**resolved)
 
 

@@ -7,7 +7,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from encoder.modules.attention import SelfAttention, attention_mask
+from encoder.modules.attention import SelfAttention
+from encoder.modules.attention_mask import AttentionMask
 from encoder.modules.config import ModelConfig
 from encoder.modules.embeddings import Embeddings
 from encoder.modules.layers import activation, dense, layer_norm
@@ -51,7 +52,7 @@ class EncoderBlock(nn.Module):
   normalize_input: bool = True
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, *, rope=None, deterministic: bool = True,
+  def __call__(self, x: jax.Array, mask: AttentionMask, rope=None, deterministic: bool = True,
                return_probs: bool = False) -> tuple[jax.Array, jax.Array | None]:
     cfg = self.config
     attention = SelfAttention(cfg, name='attention')
@@ -93,8 +94,11 @@ class Encoder(nn.Module):
   def setup(self):
     cfg = self.config
     self.embeddings = Embeddings(cfg)
-    self.layers = [EncoderBlock(cfg, normalize_input=i > 0 or cfg.first_attention_norm,
-                                name=f'layer_{i}') for i in range(cfg.num_layers)]
+    # model.remat: each block's activations recomputed in the backward pass, not kept (the
+    # flags that shape the trace are static arguments: positions 4 and 5 with self at 0).
+    block = nn.remat(EncoderBlock, static_argnums=(4, 5)) if cfg.remat else EncoderBlock
+    self.layers = [block(cfg, normalize_input=i > 0 or cfg.first_attention_norm,
+                         name=f'layer_{i}') for i in range(cfg.num_layers)]
     if cfg.norm == 'pre':
       self.final_norm = layer_norm(cfg, 'final_norm')
     if cfg.pooler == 'tanh':
@@ -128,8 +132,7 @@ class Encoder(nn.Module):
     all_probs = []
     for i, layer in enumerate(self.layers):
       kind = 'local' if cfg.is_local(i) else 'global'
-      x, probs = layer(x, masks[kind], rope=ropes[kind], deterministic=deterministic,
-                       return_probs=return_probs)
+      x, probs = layer(x, masks[kind], ropes[kind], deterministic, return_probs)
       x = nn.with_logical_constraint(x, ACTIVATION)
       all_probs.append(probs)
     if cfg.norm == 'pre':
@@ -141,11 +144,11 @@ class Encoder(nn.Module):
                          attention_probs=tuple(all_probs) if return_probs else None)
 
   def _layer_inputs(self, input_mask, segmentation, positions) -> tuple[dict, dict]:
-    """The attention mask and rotary tables of global and local layers, made once per pass."""
+    """What global and local layers may attend to, and their rotary tables (made once per
+    pass)."""
     cfg = self.config
-    masks = {'global': attention_mask(input_mask, cfg.attention, segmentation)}
-    if any(cfg.is_local(i) for i in range(cfg.num_layers)):
-      masks['local'] = attention_mask(input_mask, cfg.attention, segmentation, cfg.local_window)
+    mask = AttentionMask(input_mask, segmentation, causal=cfg.attention == 'causal')
+    masks = {'global': mask, 'local': mask.with_window(cfg.local_window)}
     ropes = {'global': None, 'local': None}
     if cfg.position_embedding == 'rope':
       if positions is None:

@@ -4,7 +4,8 @@ Layout of `WORKDIR/checkpoints/<step>/` (one Orbax CheckpointManager step):
   params/   the model parameters (a nested dict of float32 arrays): all `encoder.load` needs
   train/    {'step', 'opt_state', 'rng'}: what exact resumption needs besides the params
   data/     the data loader's position (JSON), with the open log window's sums when the save
-            falls between two train records (train_loop.LogWindow)
+            falls between two train records (train_loop.LogWindow), and with a wall-clock
+            budget the run's training clock (time_budget.CLOCK_KEY: minutes spent, ended)
 Each item restores with plain Orbax, without this project:
   ocp.StandardCheckpointer().restore('WORKDIR/checkpoints/1000/params')
 Orbax (0.12) writes a step into `<step>.orbax-checkpoint-tmp`, and renames it to `<step>` only

@@ -128,12 +128,16 @@ def read_metrics(workdir: str, split: str | None = None) -> list[dict]:
 
 
 class Progress:
-  """A tqdm bar over steps with loss, steps/s, examples/s and ETA, updated at log steps."""
+  """A tqdm bar over steps with loss, steps/s, examples/s and ETA, updated at log steps. A run
+  with a wall-clock budget (`budgeted`) counts its steps without a total (train.num_steps is
+  only a bound then: an ETA from it would mislead) and shows `minutes 12.3/60` instead."""
 
-  def __init__(self, start: int, total: int, batch_size: int, enabled: bool = True):
+  def __init__(self, start: int, total: int, batch_size: int, enabled: bool = True,
+               budgeted: bool = False):
     self.batch_size = batch_size
-    self.bar = tqdm(total=total, initial=start, unit='step', dynamic_ncols=True,
-                    disable=not enabled, file=sys.stderr, mininterval=1.0, smoothing=0.1)
+    self.bar = tqdm(total=None if budgeted else total, initial=start, unit='step',
+                    dynamic_ncols=True, disable=not enabled, file=sys.stderr, mininterval=1.0,
+                    smoothing=0.1)
     self._last_step, self._last_time = start, time.perf_counter()
 
   def rates(self, step: int, examples: int | None = None) -> tuple[float, float]:
@@ -150,7 +154,8 @@ class Progress:
   def update(self, step: int, **postfix) -> None:
     self.bar.update(step - self.bar.n)
     if postfix:
-      self.bar.set_postfix({k: f'{v:.4g}' for k, v in postfix.items()}, refresh=False)
+      self.bar.set_postfix({k: v if isinstance(v, str) else f'{v:.4g}'
+                            for k, v in postfix.items()}, refresh=False)
 
   def write(self, message: str) -> None:
     if not self.bar.disable:  # in a multi-host run, process 0 alone speaks

@@ -61,6 +61,46 @@ def _stable_then_decay(train, peak: float, steps: int) -> optax.Schedule:
   return schedule
 
 
+def budget_minutes(train) -> float:
+  """`train.max_minutes` (0 where the config predates it): the run's wall-clock budget."""
+  return float(train.get('max_minutes', 0.0) or 0.0)
+
+
+def budgeted_learning_rate(train):
+  """The learning rate of an update under a wall-clock budget (`train.max_minutes`), as a
+  function of the updates done (`count`) and the share of the budget spent (`progress`, in
+  [0, 1]; see encoder/train/time_budget.py): `learning_rate_schedule` read at the step that
+  progress stands for, `progress x train.num_steps`, or at `count` where that is further.
+
+  Warmup stays in steps (it reads `count`); after it, every schedule's decay (BERT's linear one,
+  cosine, wsd's last `decay_steps / num_steps` of the run) is fitted into the budget and reaches
+  its end, lr 0, when the budget does. A run that reaches `train.num_steps` before its budget
+  (progress is then the step fraction) follows the step schedule itself."""
+  schedule, warmup = learning_rate_schedule(train), train.warmup_steps
+  total = max(train.num_steps, 1)
+
+  def learning_rate(count, progress):
+    stands_for = jnp.maximum(count, jnp.asarray(progress, jnp.float32) * total)
+    return schedule(jnp.where(count < warmup, count, stands_for))
+  return learning_rate
+
+
+def scale_by_budgeted_learning_rate(learning_rate) -> optax.GradientTransformationExtraArgs:
+  """Multiplies the updates by `learning_rate(count, progress)`, `progress` given to `update`
+  as an extra argument (optax passes it through a chain) by the train step. Its state is
+  optax's schedule counter, so the optimizer state stays plain arrays for Orbax."""
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params=None, *, progress, **extra_args):
+    del params, extra_args
+    rate = learning_rate(state.count, progress)
+    updates = jax.tree.map(lambda u: jnp.asarray(rate, u.dtype) * u, updates)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
 def weight_decay_mask(params):
   """True for the leaves weight decay applies to: kernels and embedding tables. The leaf's
   name is its last dict key: the mesh strategy also builds the optimizer on parameters still
@@ -109,15 +149,26 @@ def layerwise_decay(decay: float) -> optax.GradientTransformation:
 
 def make_optimizer(train) -> optax.GradientTransformation:
   """`base_optimizer`, with the layer-wise learning-rate decay of `train.layer_decay` (a
-  fine-tuning field; 1 or absent: every layer at the same rate) chained after it."""
-  opt = base_optimizer(train)
+  fine-tuning field; 1 or absent: every layer at the same rate) chained after it.
+
+  With a wall-clock budget (`train.max_minutes` > 0) the same chain runs at a learning rate of
+  1 and its update is then scaled by `budgeted_learning_rate`, which reads the budget's
+  progress: `tx.update(..., progress=p)`, which the train step passes. Without one, the
+  optimizer is exactly what it was before budgets existed."""
+  budgeted = budget_minutes(train) > 0
+  opt = base_optimizer(train, optax.constant_schedule(1.0) if budgeted else None)
   decay = float(train.get('layer_decay', 1.0) or 1.0)
   if not 0 < decay <= 1:
     raise ConfigError(f'train.layer_decay={decay} must lie in (0, 1] (1: no decay)')
-  return opt if decay == 1 else optax.chain(opt, layerwise_decay(decay))
+  if decay != 1:
+    opt = optax.chain(opt, layerwise_decay(decay))
+  if budgeted:
+    opt = optax.chain(opt, scale_by_budgeted_learning_rate(budgeted_learning_rate(train)))
+  return opt
 
 
-def base_optimizer(train) -> optax.GradientTransformation:
+def base_optimizer(train, schedule: optax.Schedule | None = None
+                   ) -> optax.GradientTransformation:
   """Global-norm clipping, then AdamW, LAMB or StableAdamW with decoupled weight decay on
   kernels.
 
@@ -125,8 +176,10 @@ def base_optimizer(train) -> optax.GradientTransformation:
   warmup steps the two are indistinguishable after the first few hundred steps. StableAdamW
   (stable_adamw.py) is AdamW whose step on each tensor shrinks when the gradient outgrows the
   second moment; its weight decay is AdamW's (lr x weight_decay x w, unclipped).
+
+  `schedule` replaces the config's learning-rate schedule (a budgeted run's constant 1).
   """
-  schedule = learning_rate_schedule(train)
+  schedule = schedule or learning_rate_schedule(train)
   kwargs = dict(b1=train.b1, b2=train.b2, eps=train.eps, weight_decay=train.weight_decay,
                 mask=weight_decay_mask)
   if train.optimizer == 'adamw':

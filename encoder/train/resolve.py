@@ -30,7 +30,7 @@ from encoder.checkpoint_files import decay_source, find_run_directory, resolve_c
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS, checked
 from encoder.tasks import TASKS
-from encoder.train import xla_cache
+from encoder.train import prng, time_budget, xla_cache
 
 log = logging.getLogger('encoder')
 HEAD_FIELDS = ('pooling',)  # model fields a run from init_from may set for itself
@@ -123,6 +123,8 @@ def check(config) -> None:
     raise ConfigError(f'data.max_seq_length={d.max_seq_length} exceeds the learned position '
                       f'table (model.max_position_embeddings={m.max_position_embeddings})')
   xla_cache.run_cache_dir(config.train.compile_cache)
+  time_budget.check(config.train)
+  prng.check(config.train)
   if config.task == 'pretraining':
     _check_pretraining(config)
   else:

@@ -21,11 +21,12 @@ import jax
 import numpy as np
 
 from encoder import configs, storage
+from encoder.modules.attention import forms_by_layer_kind
 from encoder.tasks import Task, get_task
-from encoder.train import branch, distributed
+from encoder.train import branch, cpu_features, distributed, prng
 from encoder.train import checkpoint as ckpt_lib
 from encoder.train import resolve as resolve_lib
-from encoder.train.optim import make_optimizer
+from encoder.train.optim import budget_minutes, make_optimizer
 from encoder.train.steps import TrainState
 from encoder.train.strategy import init_params, make_strategy
 
@@ -109,8 +110,14 @@ def setup_steps(config, params=None) -> RunSetup:
 
 def _parts(config, task):
   model = task.build_model(config)
-  log.info('attention: %s (model.attention_impl=%s on %s)', model.config.attention_impl,
-           config.model.attention_impl, jax.default_backend())
+  forms = forms_by_layer_kind(model.config, config.data.max_seq_length,
+                              packed=config.data.get('packing', 'none') != 'none', training=True)
+  log.info('attention: %s (model.attention_impl=%s on %s); rows of %d tokens: %s',
+           model.config.attention_impl, config.model.attention_impl, jax.default_backend(),
+           config.data.max_seq_length, ', '.join(f'{k} layers {v}' for k, v in forms.items()))
+  hint = cpu_features.bfloat16_hint(config.model.dtype, jax.default_backend())
+  if hint:  # a float32 run on a CPU with bfloat16 products
+    log.info(hint)
   return model, make_optimizer(config.train), task.dummy_batch(config)
 
 
@@ -131,7 +138,9 @@ def _init_from_params(config, model, dummy) -> dict | None:
 
 def _compiled(config, task, strategy, model, tx):
   t = config.train
-  return strategy.steps(model, task, tx, t.grad_accum_steps, bool(t.skip_nonfinite))
+  return strategy.steps(model, task, tx, t.grad_accum_steps, bool(t.skip_nonfinite),
+                        progress=budget_minutes(t) > 0,  # a budget's step takes its progress
+                        rng_impl=prng.check(t))
 
 
 def _count(params) -> int:

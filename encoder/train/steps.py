@@ -5,6 +5,8 @@ and `axis_name` is the pmap axis; under `jax.jit` over a mesh it sees the global
 that span every device) and `axis_name` is None. The only difference is in `_sum_over_devices`
 and `_device_rng`: under pmap, sums are `psum`-ed and each device folds its index into the
 dropout key; under jit the sums are whole already and one key draws for the global batch.
+`train.rng_impl` then picks the implementation that draws the masks from that key
+(`dropout_key`; encoder/train/prng.py says what each one is).
 
 Gradients are summed, not averaged, over devices and accumulation microbatches: each device's
 loss is its share of the global mean (its loss sums divided by the global denominators:
@@ -30,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.train import faults
+from encoder.train import faults, prng
 
 
 @flax.struct.dataclass
@@ -57,6 +59,22 @@ def _device_rng(rng: jax.Array, axis_name: str | None, one_device: bool) -> jax.
   if one_device:
     return jax.random.fold_in(rng, 0)
   return rng if axis_name is None else jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+
+
+def dropout_key(key_data: jax.Array, step: jax.Array, axis_name: str | None, one_device: bool,
+                rng_impl: str = prng.DEFAULT) -> jax.Array:
+  """The key a train step draws its dropout masks from: the state's key (`key_data`) folded
+  with the step, then with the device (`_device_rng`), as it always was. Under `rbg` or
+  `unsafe_rbg` that threefry key's next random words become a key of the chosen
+  implementation (4 words: one threefry draw, not a mask's), so the masks' bits come from
+  XLA's RngBitGenerator while the checkpointed key stays the same for every choice."""
+  key = _device_rng(jax.random.fold_in(jax.random.wrap_key_data(key_data), step), axis_name,
+                    one_device)
+  if rng_impl == prng.DEFAULT:
+    return key
+  impl = prng.IMPLS[rng_impl]
+  words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=impl))).shape
+  return jax.random.wrap_key_data(jax.random.bits(key, words, jnp.uint32), impl=impl)
 
 
 def _split_microbatches(batch: dict, n: int) -> dict:
@@ -103,13 +121,16 @@ def cached_grads(forward, task, params, batch: dict, rng, n: int, denominators: 
   return grads, sums
 
 
-def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_steps: int = 1,
-               axis_name: str | None = None, skip_nonfinite: bool = False,
-               one_device: bool = False):
+def train_step(state: TrainState, batch: dict, progress=None, *, model, task, tx,
+               grad_accum_steps: int = 1, axis_name: str | None = None,
+               skip_nonfinite: bool = False, one_device: bool = False,
+               rng_impl: str = prng.DEFAULT):
   """One optimizer update; returns the new state and this step's metric sums (over devices),
-  with the step's non-finite flag (see `faults`: a non-finite step is skipped when asked)."""
-  rng = _device_rng(jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step),
-                    axis_name, one_device)
+  with the step's non-finite flag (see `faults`: a non-finite step is skipped when asked).
+  `rng_impl` (`train.rng_impl`) picks the PRNG that draws the dropout masks (`dropout_key`).
+  `progress`, given only under a wall-clock budget, is the schedule's (train/time_budget.py),
+  which the optimizer reads (optim.make_optimizer)."""
+  rng = dropout_key(state.rng, state.step, axis_name, one_device, rng_impl)
   denominators = _sum_over_devices(task.loss_denominators(batch), axis_name)
 
   def forward(params, microbatch, dropout_rng):
@@ -138,7 +159,8 @@ def train_step(state: TrainState, batch: dict, *, model, task, tx, grad_accum_st
     (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
   grads, sums = _sum_over_devices((grads, sums), axis_name)
   sums['grad_norm'] = optax.global_norm(grads)  # identical on every device; averaged when logged
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  schedule = {} if progress is None else {'progress': progress}
+  updates, opt_state = tx.update(grads, state.opt_state, state.params, **schedule)
   params = optax.apply_updates(state.params, updates)
   new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
   return faults.guard_step(faults.step_is_finite(sums), new, state, sums, skip_nonfinite)

@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from encoder.errors import ConfigError
-from encoder.train import sharding
+from encoder.train import prng, sharding
 from encoder.train.steps import create_state, eval_step, predict_step, train_step
 
 
@@ -83,13 +83,17 @@ class PmapStrategy:
     """Every process holds the same copy; Orbax writes numpy leaves from process 0 only."""
     return sharding.unreplicate(placed)
 
-  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
-    """The train step (state donated) and the eval step, pmap-ed over `sharding.AXIS`."""
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False,
+            progress: bool = False, rng_impl: str = prng.DEFAULT):
+    """The train step (state donated) and the eval step, pmap-ed over `sharding.AXIS`; with
+    `progress` the train step takes the schedule's progress (one scalar for every device) as
+    a third argument (a wall-clock budget: steps.train_step). `rng_impl`: train.rng_impl."""
     axis = sharding.AXIS
     train = jax.pmap(functools.partial(train_step, model=model, task=task, tx=tx,
                                        grad_accum_steps=grad_accum_steps, axis_name=axis,
-                                       skip_nonfinite=skip_nonfinite),
-                     axis_name=axis, donate_argnums=(0,))
+                                       skip_nonfinite=skip_nonfinite, rng_impl=rng_impl),
+                     axis_name=axis, donate_argnums=(0,),
+                     in_axes=(0, 0, None) if progress else 0)
     evaluate = jax.pmap(functools.partial(eval_step, model=model, task=task, axis_name=axis),
                         axis_name=axis)
     return train, evaluate
@@ -145,10 +149,13 @@ class OneDeviceStrategy:
   def to_checkpoint(self, placed):
     return jax.device_get(placed)
 
-  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False,
+            progress: bool = False, rng_impl: str = prng.DEFAULT):
+    del progress  # jit takes a third (scalar) argument as it is
     train = jax.jit(functools.partial(train_step, model=model, task=task, tx=tx,
                                       grad_accum_steps=grad_accum_steps, one_device=True,
-                                      skip_nonfinite=skip_nonfinite), donate_argnums=(0,))
+                                      skip_nonfinite=skip_nonfinite, rng_impl=rng_impl),
+                    donate_argnums=(0,))
     return train, jax.jit(functools.partial(eval_step, model=model, task=task))
 
   def predict_step(self, model, task):
@@ -233,14 +240,16 @@ class MeshStrategy:
         return fn(*args, **kwargs)
     return traced
 
-  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False):
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False,
+            progress: bool = False, rng_impl: str = prng.DEFAULT):
     if self.state_shardings is None:
       raise RuntimeError('MeshStrategy.lay_out (or init_state) must run before steps')
     train = jax.jit(
         self._in_layout(functools.partial(train_step, model=model, task=task, tx=tx,
                                           grad_accum_steps=grad_accum_steps,
-                                          skip_nonfinite=skip_nonfinite)),
-        in_shardings=(self.state_shardings, self.batch_sharding),
+                                          skip_nonfinite=skip_nonfinite, rng_impl=rng_impl)),
+        in_shardings=(self.state_shardings, self.batch_sharding) + (
+            (self.replicated,) if progress else ()),
         out_shardings=(self.state_shardings, self.replicated), donate_argnums=(0,))
     evaluate = jax.jit(
         self._in_layout(functools.partial(eval_step, model=model, task=task)),

@@ -4,11 +4,14 @@
 `train.log_every` steps the window's metrics become one train record, every `train.eval_every`
 steps the evaluator writes an eval record, and every `train.checkpoint_every` steps (and at the
 end, at a stop request, and when the best metric improves) the state is saved. What a log
-window adds up is kept in `LogWindow`; the loop only decides when.
+window adds up is kept in `LogWindow`; the loop only decides when. With a wall-clock budget
+(`train.max_minutes`) the end may come before `train.num_steps`: `time_budget.TimeBudget` says
+when, and gives each step the schedule's progress.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -17,11 +20,12 @@ import jax
 import numpy as np
 
 from encoder import store_retry
+from encoder.errors import ConfigError
 from encoder.tasks.task_inputs import batch_examples
-from encoder.train import distributed, faults
+from encoder.train import distributed, faults, time_budget
 from encoder.train.evaluation import BestMarker, Evaluator
 from encoder.train.metric_writer import MetricWriter, Progress
-from encoder.train.optim import learning_rate_schedule
+from encoder.train.optim import budget_minutes, budgeted_learning_rate, learning_rate_schedule
 from encoder.train.run_setup import RunSetup
 
 log = logging.getLogger('encoder')
@@ -86,10 +90,10 @@ class LogWindow:
     return cls(real_tokens=state['real_tokens'], computed_tokens=state['computed_tokens'],
                skipped=state['skipped'], steps=state['steps'], carried=state['sums'])
 
-  def record(self, run: RunSetup, step: int, progress: Progress, schedule
+  def record(self, run: RunSetup, step: int, progress: Progress, learning_rate: float
              ) -> tuple[dict, dict]:
     """The train record (fetching the sums from the devices: the loop's one host sync) and
-    what the progress bar shows of it."""
+    what the progress bar shows of it; `learning_rate` is the last step's."""
     total = run.strategy.sum_metrics(self._all_sums())
     grad_norm = total.pop('grad_norm') / max(self.steps - self.skipped, 1)
     metrics = run.task.reduce_metrics(total)
@@ -99,7 +103,7 @@ class LogWindow:
     # Examples: this host's count times the hosts (hosts hold equal shares of rows).
     steps_per_sec, examples_per_sec = progress.rates(step, self.examples * jax.process_count())
     wait_per_step = self.data_wait / len(self.sums)
-    metrics.update(learning_rate=float(schedule(step - 1)),
+    metrics.update(learning_rate=learning_rate,
                    steps_per_sec=steps_per_sec, examples_per_sec=examples_per_sec,
                    real_token_fraction=self.real_tokens / max(self.computed_tokens, 1),
                    data_wait_s=wait_per_step)
@@ -112,34 +116,43 @@ class LogWindow:
 
 def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) -> dict:
   """Trains `run` from its start step to `train.num_steps` (or until `stop.signal` is set: a
-  checkpoint is saved first); returns the last eval metrics. A non-finite step ends the run
-  with its error once the last good state is saved."""
+  checkpoint is saved first; or until its wall-clock budget ends); returns the last eval
+  metrics. A non-finite step ends the run with its error once the last good state is saved."""
   t, strategy, is_main = run.config.train, run.strategy, distributed.is_main_process()
+  budget = _budget(run)  # None without train.max_minutes: the loop is then as it always was
   writer = MetricWriter(workdir, enabled=is_main, resume_step=run.start_step)
-  progress = Progress(run.start_step, t.num_steps, t.batch_size, enabled=is_main)
+  progress = Progress(run.start_step, t.num_steps, t.batch_size, enabled=is_main,
+                      budgeted=budget is not None)
   train_iter = run.data.train_iterator(run.data_state)
   evaluate = Evaluator(run.task, run.data, run.model, run.eval_step, t.eval_batches, workdir,
                        strategy, enabled=is_main)
   best = BestMarker(workdir, t.best_metric if 'best_metric' in t else '', enabled=is_main)
   monitor, retries = faults.NonfiniteMonitor(bool(t.skip_nonfinite)), \
       RetryReport(progress, retried_before)
-  schedule = learning_rate_schedule(t)
+  learning_rate = _learning_rate(t, budget)
   window, lengths, eval_metrics, failure = LogWindow.resumed(_open_window(run)), set(), {}, None
-  state, step = run.state, run.start_step
+  state, step, previous = run.state, run.start_step, None
   try:
-    while step < t.num_steps:
+    while step < t.num_steps and not (budget is not None and budget.ended):
       waited = time.perf_counter()
       batch = next(train_iter)
       waited = time.perf_counter() - waited
       _note_length(batch, lengths, step, progress)
-      state, sums = run.train_step(state, strategy.place_batch(batch))
+      if budget is None:
+        state, sums = run.train_step(state, strategy.place_batch(batch))
+      else:
+        state, sums = run.train_step(state, strategy.place_batch(batch),
+                                     np.float32(budget.progress(step)))
+        jax.block_until_ready(previous)  # the clock reads finished work, one step behind
+        budget.stepped()
+        previous = sums
       step += 1
       monitor.add(step, sums)
       window.add(batch, sums, waited)
       progress.update(step)
       if step == t.stop_at_step and not stop.signal:
         stop.signal = f'train.stop_at_step={step}'
-      last = step == t.num_steps
+      last = step == t.num_steps or (budget is not None and budget.should_end())
       logged, evaluated = step % t.log_every == 0 or last, step % t.eval_every == 0 or last
       # Read once (a later signal is handled next step), and agreed by every host.
       stopping = distributed.agreed_stop(stop.signal, logged or step == t.stop_at_step)
@@ -150,24 +163,37 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
           failure = e
           break
       if logged:
-        metrics, shown = window.record(run, step, progress, schedule)
+        metrics, shown = window.record(run, step, progress, learning_rate(step - 1))
+        if budget is not None:
+          metrics.update(budget.record())
+          shown['minutes'] = budget.shown()
         writer.write(step, 'train', metrics)
         progress.update(step, **shown)
         retries.report()
         window = LogWindow()
       if evaluated:
-        eval_metrics = evaluate(state, step)
-        writer.write(step, 'eval', eval_metrics)
+        # The minutes at which this state was reached: the curve against wall clock.
+        clock = {} if budget is None else {'elapsed_minutes': budget.elapsed_s() / 60.0}
+        with _timed(budget, 'eval'):
+          eval_metrics = evaluate(state, step)
+        writer.write(step, 'eval', {**eval_metrics, **clock})
         progress.write(f'step {step} eval: ' + ', '.join(
             f'{k} {v:.4f}' for k, v in sorted(eval_metrics.items())))
       improved = evaluated and best.improves(eval_metrics)
       if step % t.checkpoint_every == 0 or last or stopping or improved:
-        run.checkpointer.save(step, strategy.to_checkpoint(state),
-                              _position(train_iter, window, strategy), force=True,
-                              metrics=best.checkpoint_metrics(eval_metrics)
-                              if evaluated else None)
+        with _timed(budget, 'save'):
+          run.checkpointer.save(step, strategy.to_checkpoint(state),
+                                _position(train_iter, window, strategy, budget), force=True,
+                                metrics=best.checkpoint_metrics(eval_metrics)
+                                if evaluated else None)
+          if budget is not None:
+            run.checkpointer.wait()  # a save's whole time, for the reserve of the last one
       if improved:
         best.mark(step, eval_metrics)
+      if budget is not None and budget.ended:
+        progress.write(f'Wall-clock budget of {budget.minutes:g} minutes reached at step '
+                       f'{step} ({budget.elapsed_s() / 60:.1f} minutes): evaluated and saved.')
+        break
       if stopping:
         run.checkpointer.wait()  # committed (or a CheckpointError) before we say it is saved
         progress.write(f'Stopped by {stopping} at step {step}: checkpoint saved; run the '
@@ -184,6 +210,9 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   log.info('train step compiled for %d sequence length(s): %s', len(lengths),
            ', '.join(map(str, sorted(lengths))))
   run.checkpointer.close()  # waits for the last save: the last good state is on disk
+  if budget is not None:
+    log.info('training clock: %.2f of %g minutes, %d steps', budget.elapsed_s() / 60,
+             budget.minutes, step)
   progress.close()
   writer.close()
   retries.report(final=True)
@@ -192,11 +221,47 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   return eval_metrics
 
 
-def _position(train_iter, window: LogWindow, strategy) -> dict:
-  """What the checkpoint's `data` item keeps: the loader's position, and the open log window
-  when the save falls between two train records (a stop, a checkpoint_every off log_every)."""
+def _position(train_iter, window: LogWindow, strategy, budget=None) -> dict:
+  """What the checkpoint's `data` item keeps: the loader's position, the open log window
+  when the save falls between two train records (a stop, a checkpoint_every off log_every),
+  and with a wall-clock budget its clock (`time_budget.CLOCK_KEY`)."""
   position, open_window = train_iter.state(), window.state(strategy)
-  return position if open_window is None else {**position, WINDOW_KEY: open_window}
+  if open_window is not None:
+    position = {**position, WINDOW_KEY: open_window}
+  if budget is not None:
+    position = {**position, time_budget.CLOCK_KEY: budget.state()}
+  return position
+
+
+def _budget(run: RunSetup) -> time_budget.TimeBudget | None:
+  """The run's wall-clock budget, its clock continued from the restored checkpoint; None
+  without one."""
+  t = run.config.train
+  minutes = budget_minutes(t)
+  if not minutes:
+    return None
+  if jax.process_count() > 1:  # each host's clock would give its replicas another rate
+    raise ConfigError('train.max_minutes runs in one process for now; a multi-host run sets '
+                      'train.num_steps')
+  budget = time_budget.TimeBudget(minutes, t.num_steps,
+                                  (run.data_state or {}).get(time_budget.CLOCK_KEY))
+  log.info('wall-clock budget: %g minutes (%.2f spent before this session); at most %d steps',
+           minutes, budget.before_s / 60, t.num_steps)
+  return budget
+
+
+def _learning_rate(t, budget):
+  """The learning rate of the update after `count` updates, as the step computed it."""
+  if budget is None:
+    schedule = learning_rate_schedule(t)
+    return lambda count: float(schedule(count))
+  rate = budgeted_learning_rate(t)
+  return lambda count: float(rate(count, budget.last_progress))
+
+
+def _timed(budget, what: str):
+  """`budget.timed(what)`, or nothing without a budget."""
+  return contextlib.nullcontext() if budget is None else budget.timed(what)
 
 
 def _open_window(run: RunSetup) -> dict | None:

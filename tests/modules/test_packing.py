@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from encoder.modules.attention import attention_mask
+from encoder.modules.attention_mask import AttentionMask
 from encoder.modules.transformer import Encoder
 from tests.modules.helpers import tiny_config
 
@@ -113,10 +113,10 @@ def test_without_example_ids_a_row_is_one_example(impl):
 
 def test_the_packed_mask_is_block_diagonal_and_padding_sees_only_padding():
   seg = np.array([[1, 1, 2, 2, 2, 0]])
-  mask = np.asarray(attention_mask(np.ones_like(seg), 'bidirectional', seg))[0, 0]
+  mask = np.asarray(AttentionMask(np.ones_like(seg), seg).dense())[0, 0]
   expected = seg[0][:, None] == seg[0][None, :]
   np.testing.assert_array_equal(mask, expected)
-  causal = np.asarray(attention_mask(np.ones_like(seg), 'causal', seg))[0, 0]
+  causal = np.asarray(AttentionMask(np.ones_like(seg), seg, causal=True).dense())[0, 0]
   np.testing.assert_array_equal(causal, expected & np.tri(6, dtype=bool))
   assert causal.any(axis=1).all()  # no query is left without a key
 

@@ -1,6 +1,8 @@
 """`train.decay_from`: a WSD decay branched off a stable run's checkpoint is, bit for bit, the
 decay of an uninterrupted run; and a mask-rate schedule resumes exactly."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -104,3 +106,20 @@ def test_mask_rate_schedule_is_refused_with_static_masks(tmp_path, corpus, cache
   with pytest.raises(ConfigError, match='dynamic_masking'):
     train_and_evaluate(config, str(tmp_path / 'w'))
   np.testing.assert_equal((tmp_path / 'w' / 'checkpoints').exists(), False)
+
+
+def test_a_context_extension_branches_off_a_short_run_at_longer_rows(tmp_path, corpus, cache_dir):
+  # ModernBERT's phase 2 in small: a stable run at 32-token rows, then a decay branched off it
+  # at 128-token packed rows (data prepared anew at that length) with a higher global RoPE
+  # theta, the blockwise form in tiles of 16 and the blocks rematerialised.
+  train(tmp_path / 'stable', corpus, cache_dir, *COMMON, 'train.num_steps=2', *SHORT,
+        'data.packing=documents', exp=EXP)
+  longer = ('data.max_seq_length=128', 'model.max_position_embeddings=128',
+            'model.rope_theta=160000', 'model.attention_impl=blockwise',
+            'model.attention_block_size=16', 'model.remat=true', 'data.packing=documents')
+  train(tmp_path / 'context', corpus, cache_dir, *COMMON, 'train.num_steps=4',
+        'train.decay_steps=2', f'train.decay_from={tmp_path / "stable"}:2', *longer, exp=EXP)
+  config = json.loads((tmp_path / 'context' / 'config.json').read_text())
+  assert (config['data']['max_seq_length'], config['model']['rope_theta']) == (128, 160000.0)
+  assert sorted(losses(tmp_path / 'context')) == [3, 4]
+  assert all(np.isfinite(v) for v in losses(tmp_path / 'context').values())

@@ -83,12 +83,17 @@ class PretrainingData:
     return batch
 
   def eval_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
-    """The first `num_batches` eval host batches (cycling over the held-out instances)."""
+    """`num_batches` eval host batches: every held-out instance, cycling, when they fit; else
+    instances spread evenly over the held-out set. Held-out instances come shard by shard (a
+    shard's documents, then the next's), so the first ones would be one shard's: a corpus of
+    Wikipedia and books whose first shard holds books would be judged on one book."""
     n = len(self._eval)
+    wanted = num_batches * self.global_batch
     out = []
     for i in range(num_batches):
       first = i * self.global_batch + self.process_index * self.batch_size
-      idx = np.arange(first, first + self.batch_size) % n
+      idx = np.arange(first, first + self.batch_size)
+      idx = idx % n if wanted >= n else idx * n // wanted
       out.append(self._assemble(self._eval, idx, None, self.mask_config))
     return out
 

@@ -103,6 +103,21 @@ def test_eval_batches_are_fixed(corpus_dir, tmp_path):
   assert len(first) == 3 and first[0]['input_ids'].shape == (16, 64)
 
 
+def test_eval_batches_spread_over_the_held_out_set_when_it_is_larger(corpus_dir, tmp_path):
+  # Held-out instances come shard by shard: a prefix would be the first shard's documents.
+  # Fewer rows than the set holds are taken evenly across it; as many or more take it all.
+  config = make_config(corpus_dir, tmp_path, eval_fraction=0.4)
+  data = build_pretraining_data(config, str(tmp_path / 'run'))
+  n = data.stats['eval_instances']
+  whole = np.concatenate([b['input_ids'] for b in data.eval_batches(-(-n // 16))])
+  assert len({r.tobytes() for r in whole[:n]}) == len({r.tobytes() for r in whole})
+  one = data.eval_batches(1)[0]['input_ids']  # 16 rows of n > 16
+  assert n > 32
+  spread = [int(i) for i in np.arange(16) * n // 16]
+  np.testing.assert_array_equal(one, whole[spread])
+  assert not np.array_equal(one, whole[:16])  # not the first shard's first rows
+
+
 def test_static_masks_repeat_across_epochs(corpus_dir, tmp_path):
   config = make_config(corpus_dir, tmp_path, dynamic_masking=False, dupe_factor=2)
   data = build_pretraining_data(config, str(tmp_path / 'run'))

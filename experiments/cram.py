@@ -1,0 +1,59 @@
+"""The CPU-hour recipe: MLM pretraining of a BERT-Mini-sized encoder in 60 minutes of wall clock.
+
+  python launch.py --exp cram --config.data.corpus='text:../shared/data/pretrain/*.txt.gz'
+  python launch.py --exp cram --config.data.corpus='text:../shared/data/pretrain/*.txt.gz' \\
+      --config.data.cache_dir=runs/cache_english   # one preparation shared by several runs
+
+Cramming's choices (Geiping and Goldstein, 2022: a BERT in one GPU-day by fitting the recipe
+to the budget) scaled to a 2-core CPU and one hour: MLM alone (no NSP) on rows packed from the
+corpus, pre-LN, no dropout, 15% masking with the MLM head computed at the masked positions
+only, short sequences (128), a smaller vocabulary (8,192 SentencePiece pieces), and a
+one-cycle schedule: a linear warmup, then a linear decay to 0 fitted into the wall-clock budget
+(`train.max_minutes`, docs/training.md#a-wall-clock-budget), so "one hour" is a setting rather
+than a step count tuned to one machine. `train.num_steps` is only an upper bound.
+
+The corpus is a value the user gives: the default is the embedded Python documentation, so the
+experiment loads (and `cram:smoke` runs) anywhere; the English text in `../shared` is the
+`text:` glob above (relative to the directory the command runs in). Its preparation (tokenizer,
+token shards, rows) happens once, before the clock starts; the budget counts training alone.
+
+The values below are starting points from the paper, to be chosen by a measured sweep; they
+are all set here, in `RECIPE`.
+"""
+
+from encoder import config_schema
+from experiments import _common, _variants
+
+DESCRIPTION = 'CPU-hour MLM recipe (Cramming scaled down): BERT-Mini, 60 minutes wall clock'
+
+RECIPE = {
+    'model.size': 'mini',  # 4 layers x 256 (Turc et al.'s BERT-Mini): the budget's shape
+    'model.norm': 'pre',  # pre-LN: stable at Cramming's high learning rate, no long warmup
+    'model.dropout_rate': 0.0,  # one pass over the data at most: nothing to regularise
+    'model.attention_dropout_rate': 0.0,  # Cramming drops dropout for the short budget
+    'data.vocab_size': 8192,  # a smaller SentencePiece vocabulary: a cheaper MLM softmax
+    'data.nsp': False,  # MLM alone: NSP costs compute and did not help (Cramming, RoBERTa)
+    'data.packing': 'full_sentences',  # rows filled from the corpus, no padding (Cramming)
+    'data.mask_rate': 0.15,  # BERT's rate, which Cramming kept
+    'data.max_seq_length': 128,  # short sequences: more steps in the hour (Cramming's 128)
+    'train.max_minutes': 60.0,  # the budget: the decay ends, evaluated and saved, within it
+    'train.num_steps': 100_000,  # an upper bound only: the budget ends the run first
+    'train.batch_size': 128,  # global batch; Cramming ramps far higher on a GPU
+    'train.learning_rate': 1e-3,  # Cramming's peak, with its one-cycle schedule
+    'train.schedule': 'linear',  # linear warmup, then linear decay to 0 over the budget
+    'train.warmup_steps': 100,  # in steps; a guess until the sweep counts an hour's steps
+    'train.b2': 0.98,  # Cramming's (and RoBERTa's) Adam beta2 for a large learning rate
+    'train.clip_norm': 0.5,  # Cramming's gradient clipping
+    'train.log_every': 20,  # train records for the curve against minutes
+    'train.eval_every': 200,  # held-out MLM during the hour: the curve, and the time the
+    'train.eval_batches': 10,  # budget keeps for the final evaluation (its reserve)
+    'train.checkpoint_every': 200,  # a save inside the budget: its time is reserved too
+}
+
+
+def get_config(arg=None):
+  c = config_schema.pretraining_config('cram')
+  for key, value in RECIPE.items():
+    section, field = key.split('.')
+    c[section][field] = value
+  return _variants.apply_variants(c, arg, {'smoke': _common.pretraining_smoke})

@@ -1,0 +1,258 @@
+"""train.max_minutes: a wall-clock budget that ends the run and fits the schedule's decay in.
+
+The clock is replaced (`time_budget.now`) by one that advances a fixed tick at every reading, so
+the runs are fast and their stops do not depend on the machine's speed.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from encoder import config_schema, configs
+from encoder.errors import ConfigError
+from encoder.train import optim, time_budget
+from encoder.train.metric_writer import read_metrics
+from encoder.train.optim import budgeted_learning_rate, learning_rate_schedule, make_optimizer
+from encoder.train.resolve import resolve_config
+from encoder.train.run_setup import setup_steps
+from encoder.train.strategy import OneDeviceStrategy
+from tests.train.test_mesh import MESHES, random_batches, tiny_setup
+from tests.train.test_trainer import train
+
+PEAK = 1e-3
+
+
+def train_config(**overrides):
+  fields = dict(learning_rate=PEAK, warmup_steps=10, num_steps=110, schedule='linear',
+                optimizer='adamw', weight_decay=0.5, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0,
+                max_minutes=1.0)
+  fields.update(overrides)
+  t = config_schema.train_section()
+  t.update(fields)
+  return t
+
+
+class TickingClock:
+  """A clock that moves `tick` seconds at each reading."""
+
+  def __init__(self, tick: float):
+    self.tick, self.t = tick, 0.0
+
+  def __call__(self) -> float:
+    self.t += self.tick
+    return self.t
+
+
+SCHEDULES = [dict(schedule='linear'), dict(schedule='cosine'),
+             dict(schedule='wsd', decay_steps=40, decay_shape='linear'),
+             dict(schedule='wsd', decay_steps=40, decay_shape='1-sqrt')]
+
+
+@pytest.mark.parametrize('fields', SCHEDULES, ids=lambda f: '-'.join(map(str, f.values())))
+def test_with_the_steps_binding_the_budget_follows_the_step_schedule(fields):
+  t = train_config(**fields)
+  steps, budgeted = learning_rate_schedule(t), budgeted_learning_rate(t)
+  for s in range(111):  # progress = the step fraction: the clock is not the limit
+    assert float(budgeted(s, s / 110)) == pytest.approx(float(steps(s)), rel=1e-5, abs=1e-10)
+
+
+@pytest.mark.parametrize('fields', SCHEDULES, ids=lambda f: '-'.join(map(str, f.values())))
+def test_the_decay_ends_with_the_budget_and_warmup_stays_in_steps(fields):
+  t = train_config(**fields, num_steps=100_000)  # num_steps only a bound: the clock leads
+  budgeted = budgeted_learning_rate(t)
+  # Warmup is counted in steps, whatever the clock says.
+  for s in range(10):
+    assert float(budgeted(s, 0.3)) == pytest.approx(PEAK * s / 10, rel=1e-5)
+  # After it, the decay follows the budget's share spent, down to 0 when the budget ends.
+  rates = [float(budgeted(50, p)) for p in np.linspace(0.01, 1.0, 100)]
+  assert np.all(np.diff(rates) <= 1e-12)
+  assert rates[-1] == pytest.approx(0.0, abs=1e-9)
+  if fields['schedule'] == 'linear':  # BERT's: linear in the share of the budget
+    assert float(budgeted(50, 0.5)) == pytest.approx(PEAK * (1 - (50_000 - 10) / 99_990),
+                                                     rel=1e-4)
+  if fields['schedule'] == 'wsd':  # stable until the last decay_steps / num_steps of it
+    assert float(budgeted(50, 0.9995)) == pytest.approx(PEAK)
+    assert float(budgeted(50, 0.9998)) < PEAK
+
+
+def small_params():
+  return {'layer_0': {'dense': {'kernel': jnp.linspace(-1, 1, 12).reshape(3, 4),
+                                'bias': jnp.linspace(0, 1, 4)}},
+          'embeddings': {'embedding': jnp.linspace(1, 2, 8).reshape(4, 2)}}
+
+
+def gradients(k: int):
+  return jax.tree.map(lambda p: jnp.sin(p * (k + 1) + k), small_params())
+
+
+@pytest.mark.parametrize('fields', [
+    dict(optimizer='adamw'), dict(optimizer='adamw', clip_norm=0.0), dict(optimizer='lamb'),
+    dict(optimizer='stable_adamw', clip_norm=0.0), dict(optimizer='adamw', layer_decay=0.8)],
+    ids=lambda f: '-'.join(map(str, f.values())))
+def test_every_optimizer_takes_the_budgeted_rate(fields):
+  # Given the step fraction as progress, a budgeted optimizer makes the unbudgeted one's
+  # updates (its rate: the step schedule's), through warmup and decay.
+  plain = make_optimizer(train_config(**fields, max_minutes=0.0, warmup_steps=2, num_steps=6))
+  timed = make_optimizer(train_config(**fields, warmup_steps=2, num_steps=6))
+  params = small_params()
+  plain_state, timed_state = plain.init(params), timed.init(params)
+  for k in range(6):
+    ours, plain_state = plain.update(gradients(k), plain_state, params)
+    theirs, timed_state = timed.update(gradients(k), timed_state, params, progress=k / 6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-12),
+                 ours, theirs)
+  # A progress ahead of the steps (the clock leading) gives smaller steps, 0 at the end.
+  stepped, _ = timed.update(gradients(0), timed_state, params, progress=1.0)
+  assert all(float(jnp.abs(u).max()) == 0 for u in jax.tree.leaves(stepped))
+
+
+def test_without_a_budget_the_optimizer_is_the_base_one_and_takes_no_progress():
+  t = train_config(max_minutes=0.0)
+  params = small_params()
+  tx, base = make_optimizer(t), optim.base_optimizer(t)
+  assert jax.tree.structure(tx.init(params)) == jax.tree.structure(base.init(params))
+  ours, _ = tx.update(gradients(1), tx.init(params), params)
+  theirs, _ = base.update(gradients(1), base.init(params), params)
+  jax.tree.map(np.testing.assert_array_equal, ours, theirs)  # bit for bit
+  timed = make_optimizer(train_config(max_minutes=1.0))
+  with pytest.raises(TypeError, match='progress'):  # a budgeted one cannot step without it
+    timed.update(gradients(1), timed.init(params), params)
+
+
+def test_the_clock_keeps_a_reserve_for_the_final_evaluation_and_save(monkeypatch):
+  readings = iter([0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0, 30.0, 30.0, 30.0])
+  monkeypatch.setattr(time_budget, 'now', lambda: next(readings))
+  budget = time_budget.TimeBudget(1.0, 1000, {'elapsed_s': 0.0})  # started at 0
+  assert budget.progress(0) == pytest.approx(10 / 60)  # reads 10 s
+  budget.stepped()  # a 10 s step
+  with budget.timed('eval'):  # 10 s, then a 0 s save
+    pass
+  with budget.timed('save'):
+    pass
+  assert budget.reserve_s == 10 and budget.step_s == 10
+  # At 30 s: 30 + 2 steps of 10 + the 10 s reserve = 60, not over the budget yet ...
+  assert not budget.should_end()
+  # ... the progress counts the budget less the reserve, and never falls.
+  assert budget.progress(0) == pytest.approx(30 / 50)
+  saved = json.loads(json.dumps(budget.state()))
+  assert saved['elapsed_s'] == 30 and saved['ended'] is False
+
+  monkeypatch.setattr(time_budget, 'now', iter([100.0, 101.0, 101.0, 101.0]).__next__)
+  resumed = time_budget.TimeBudget(1.0, 1000, saved)  # a new process: its clock starts anew
+  assert resumed.elapsed_s() == 31  # 30 s before, 1 s since
+  assert resumed.progress(0) == pytest.approx(31 / 50)
+  assert resumed.progress(990) == pytest.approx(0.99)  # the step fraction, when larger
+
+
+def budgeted_run(workdir, corpus, cache_dir, monkeypatch, *extra, tick=0.05):
+  monkeypatch.setattr(time_budget, 'now', TickingClock(tick))
+  return train(workdir, corpus, cache_dir, 'train.max_minutes=0.2', 'train.num_steps=200',
+               'train.log_every=1', 'train.eval_every=20', 'train.checkpoint_every=20', *extra)
+
+
+def clock_of(workdir, step):
+  data = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(
+      workdir / 'checkpoints' / str(step) / 'data')
+  return data[time_budget.CLOCK_KEY]
+
+
+def test_a_budgeted_run_ends_by_its_clock_with_the_decay_spent(tmp_path, corpus, cache_dir,
+                                                               monkeypatch):
+  metrics = budgeted_run(tmp_path / 'w', corpus, cache_dir, monkeypatch)
+  records = read_metrics(str(tmp_path / 'w'), 'train')
+  last = records[-1]
+  assert 20 < last['step'] < 200  # ended by the 12 s budget, not by num_steps
+  assert [r['step'] for r in records] == list(range(1, last['step'] + 1))
+  assert all(r['elapsed_minutes'] <= 0.2 for r in read_metrics(str(tmp_path / 'w')))
+  # The last step's rate is near the end of the decay: the budget was nearly spent ...
+  t = configs.load_experiment('mlm_nsp_tiny:smoke').train
+  t.update(max_minutes=0.2, num_steps=200)
+  assert last['schedule_progress'] > 0.9 and last['learning_rate'] < 0.1 * t.learning_rate
+  expected = budgeted_learning_rate(t)(last['step'] - 1, last['schedule_progress'])
+  assert last['learning_rate'] == pytest.approx(float(expected), rel=1e-5)
+  # ... then evaluated and saved, and the checkpoint is whole and says the budget ended.
+  evals = read_metrics(str(tmp_path / 'w'), 'eval')
+  assert evals[-1]['step'] == last['step'] and metrics['loss'] == evals[-1]['loss']
+  steps = sorted(int(p.name) for p in (tmp_path / 'w' / 'checkpoints').iterdir()
+                 if p.name.isdigit())
+  assert steps[-1] == last['step']
+  assert not [p for p in (tmp_path / 'w' / 'checkpoints').iterdir() if 'tmp' in p.name]
+  ocp.StandardCheckpointer().restore(tmp_path / 'w' / 'checkpoints' / str(steps[-1]) / 'params')
+  clock = clock_of(tmp_path / 'w', steps[-1])
+  assert clock['ended'] is True and 0 < clock['elapsed_s'] <= 12
+  # The same command again trains no further.
+  assert budgeted_run(tmp_path / 'w', corpus, cache_dir, monkeypatch) == {}
+  assert read_metrics(str(tmp_path / 'w'), 'train')[-1]['step'] == last['step']
+
+
+def test_a_resumed_budgeted_run_continues_its_clock(tmp_path, corpus, cache_dir, monkeypatch):
+  budgeted_run(tmp_path / 'straight', corpus, cache_dir, monkeypatch)
+  straight_end = read_metrics(str(tmp_path / 'straight'), 'train')[-1]['step']
+  budgeted_run(tmp_path / 'resumed', corpus, cache_dir, monkeypatch, 'train.stop_at_step=10')
+  spent = clock_of(tmp_path / 'resumed', 10)
+  assert spent['ended'] is False and spent['elapsed_s'] > 0
+  # The resumed session's clock starts from zero again (a new process); the run's does not.
+  budgeted_run(tmp_path / 'resumed', corpus, cache_dir, monkeypatch)
+  records = read_metrics(str(tmp_path / 'resumed'), 'train')
+  after = [r for r in records if r['step'] > 10]
+  assert after[0]['elapsed_minutes'] * 60 > spent['elapsed_s']
+  # It ends where the uninterrupted run did, give or take the readings of the stop and resume
+  # (a clock restarted from zero would have run 10 more steps).
+  assert abs(records[-1]['step'] - straight_end) <= 2
+  assert records[-1]['elapsed_minutes'] <= 0.2
+
+
+def test_max_minutes_zero_writes_no_clock(tmp_path, corpus, cache_dir):
+  train(tmp_path / 'w', corpus, cache_dir, 'train.num_steps=2')
+  records = read_metrics(str(tmp_path / 'w'))
+  assert records and not [r for r in records if 'elapsed_minutes' in r]
+  data = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(
+      tmp_path / 'w' / 'checkpoints' / '2' / 'data')
+  assert time_budget.CLOCK_KEY not in data
+  schedule = learning_rate_schedule(configs.load_experiment('mlm_nsp_tiny:smoke').train)
+  for r in read_metrics(str(tmp_path / 'w'), 'train'):
+    assert r['learning_rate'] == float(schedule(r['step'] - 1))
+
+
+@pytest.mark.slow  # ~20 s of compiles; the default suite steps budgeted runs under pmap above
+def test_every_strategy_steps_with_the_progress():
+  # Progress = the step fraction: the budgeted step gives the unbudgeted step's losses, under
+  # pmap (8 devices), a mesh and jit on one device.
+  budget = ('train.max_minutes=5', 'train.num_steps=4', 'train.warmup_steps=0')
+  config, *_ = tiny_setup(*budget)
+  batches = random_batches(config, 2)
+
+  def losses(*overrides, strategy=None):
+    config, *_ = tiny_setup(*overrides)
+    run = setup_steps(config)
+    strategy = strategy or run.strategy
+    state, train_step = run.state, run.train_step
+    if isinstance(strategy, OneDeviceStrategy):
+      state = strategy.init_state(run.model, run.tx, run.dummy, config.train.seed)
+      train_step, _ = strategy.steps(run.model, run.task, run.tx, 1, progress=True)
+    out = []
+    for k, batch in enumerate(batches):
+      args = (np.float32(k / 4),) if 'train.max_minutes=5' in overrides else ()
+      state, sums = train_step(state, strategy.place_batch(batch), *args)
+      out.append(run.task.reduce_metrics(strategy.sum_metrics([sums]))['loss'])
+    return out
+
+  plain = losses('train.num_steps=4', 'train.warmup_steps=0')
+  np.testing.assert_allclose(losses(*budget), plain, rtol=1e-5)
+  np.testing.assert_allclose(losses(*budget, *MESHES['data=8']), plain, rtol=2e-5)
+  np.testing.assert_allclose(losses(*budget, strategy=OneDeviceStrategy()), plain, rtol=2e-5)
+  assert plain[1] != plain[0]
+
+
+def test_impossible_budgets_are_refused_in_one_line():
+  config = configs.load_experiment('mlm_nsp_tiny:smoke')
+  configs.apply_overrides(config, ['train.max_minutes=-5'])
+  with pytest.raises(ConfigError, match=r'must be 0 \(no budget\) or positive$'):
+    resolve_config(config)  # before anything is written
+  config.train.update(max_minutes=1.0, decay_from='runs/x')
+  with pytest.raises(ConfigError, match='a decay branch is as long as its steps'):
+    time_budget.check(config.train)
