@@ -1,7 +1,7 @@
 """A profile of one fine-tuning train step, ours against PyTorch, op by op, at equal tokens.
 
   python -m benchmarks.step_profile [--length 32] [--batch 32] [--rounds 3] [--steps 2]
-      [--variants recipe,no_dropout,...] [--keep_traces DIR]
+      [--variants recipe,no_dropout,...] [--keep_traces DIR] [--dtype bfloat16]
 
 `benchmarks.finetune_breakdown` times the parts of a step (forward, backward, AdamW); this
 says what inside them takes the time. It builds the same two sides (its `Ours` and `Theirs`:
@@ -87,13 +87,14 @@ CATEGORIES = (
 class OurStep:
   """Our train step (finetune_breakdown.Ours) for one variant, timed and profiled."""
 
-  def __init__(self, converted: str, workdir: str, batch: int, variant: str, ids, labels):
+  def __init__(self, converted: str, workdir: str, batch: int, variant: str, ids, labels,
+               dtype: str = 'float32'):
     import jax
 
     from benchmarks.finetune_breakdown import Ours
     _, dropout, _, overrides, _ = VARIANTS[variant]
     self.jax, self.batch_size = jax, batch
-    ours = Ours(converted, workdir, batch, dropout, overrides)
+    ours = Ours(converted, workdir, batch, dropout, (*overrides, f'model.dtype={dtype}'))
     self.state = ours.state
     self.batch = ours.strategy.place_batch(ours.batch(ids, labels))
     # The executable the steps run is the one whose HLO names the trace's ops. Compiled here,
@@ -152,16 +153,18 @@ class OurStep:
 class TheirStep:
   """Hugging Face's step (finetune_breakdown.Theirs) with its phases named for the profiler."""
 
-  def __init__(self, model_dir: str, dropout: float, ids, labels):
+  def __init__(self, model_dir: str, dropout: float, ids, labels, dtype: str = 'float32'):
     from benchmarks.finetune_breakdown import Theirs
     self.theirs = Theirs(model_dir, dropout, threads=os.cpu_count())
     self.theirs.prepare(ids, labels)
     self.torch = self.theirs.torch
+    self.bf16 = dtype == 'bfloat16'  # autocast's bfloat16, as the Trainer's bf16=True on CPU
 
   def step(self):
     torch, t = self.torch, self.theirs
     record = torch.profiler.record_function
-    with record('step_profile/forward'):
+    with record('step_profile/forward'), torch.autocast('cpu', torch.bfloat16,
+                                                        enabled=self.bf16):
       loss = t.model(**t.inputs).loss
     with record('step_profile/backward'):
       loss.backward()
@@ -214,13 +217,17 @@ def _run_torch(form: str, x, w, dy):
   return dy @ w.t() if form.startswith('input') else x.t() @ dy
 
 
-def gemm_table(tokens: int, hidden: int, intermediate: int, repeats: int, with_torch: bool):
+def gemm_table(tokens: int, hidden: int, intermediate: int, repeats: int, with_torch: bool,
+               dtype: str = 'float32'):
   """The step's dense products alone, on both sides: for each layer kind the forward x.W,
   the input gradient dy.W^T and the weight gradient x^T.dy, jitted one by one as XLA gets them
   in the step (`dot_general` with the step's contracting dimensions; which backend XLA:CPU
   picks shows in the compiled text: a YNNPACK fusion or a plain Eigen `dot`), against
-  torch's `mm` on the same operands (transposed views, as autograd passes them)."""
+  torch's `mm` on the same operands (transposed views, as autograd passes them). In bfloat16
+  both take bfloat16 operands, ours accumulating in float32 as encoder.modules.matmul asks."""
   import jax
+  import jax.numpy as jnp
+  bf16 = dtype == 'bfloat16'
   shapes = {'Q/K/V': (hidden, 3 * hidden), 'attention out': (hidden, hidden),
             'FFN in': (hidden, intermediate), 'FFN out': (intermediate, hidden)}
   forms = {'forward x.W': (((1,), (0,)), lambda x, w, dy: (x, w)),
@@ -228,12 +235,13 @@ def gemm_table(tokens: int, hidden: int, intermediate: int, repeats: int, with_t
            'weight grad x^T.dy': (((0,), (0,)), lambda x, w, dy: (x, dy))}
   rows, key = [], jax.random.key(0)
   for layer, (n_in, n_out) in shapes.items():
-    x, w, dy = (jax.random.normal(key, shape) for shape in
+    x, w, dy = (jax.random.normal(key, shape, jnp.dtype(dtype)) for shape in
                 ((tokens, n_in), (n_in, n_out), (tokens, n_out)))
     flops = 2 * tokens * n_in * n_out
     for form, (contract, pick) in forms.items():
       fn = jax.jit(functools.partial(
-          jax.lax.dot_general, dimension_numbers=(contract, ((), ()))))
+          jax.lax.dot_general, dimension_numbers=(contract, ((), ())),
+          preferred_element_type=jnp.float32 if bf16 else None))
       a, b = pick(x, w, dy)
       text = fn.lower(a, b).compile().as_text()
       backend = 'ynnpack' if '__ynn_fusion' in text else 'onednn' if 'onednn' in text \
@@ -243,7 +251,8 @@ def gemm_table(tokens: int, hidden: int, intermediate: int, repeats: int, with_t
              'ours_ms': ours, 'ours_gflops': flops / ours / 1e6}
       if with_torch:
         import torch
-        tx, tw, tdy = (torch.from_numpy(np.array(v)) for v in (x, w, dy))
+        tx, tw, tdy = (torch.from_numpy(np.array(v.astype(jnp.float32))).to(
+            torch.bfloat16 if bf16 else torch.float32) for v in (x, w, dy))
         call = functools.partial(_run_torch, form, tx, tw, tdy)
         call()
         theirs = statistics.median(_times_ms(call, repeats))
@@ -311,6 +320,8 @@ def main(argv=None) -> int:
   parser.add_argument('--gemms', action=argparse.BooleanOptionalAction, default=True,
                       help='also time the dense products alone, both sides (--no-gemms: not)')
   parser.add_argument('--keep_traces', default='', help='a folder to keep our traces in')
+  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'),
+                      help='both sides: ours model.dtype, torch autocast (as bf16=True)')
   args = parser.parse_args(argv)
   variants = [v for v in args.variants.split(',') if v]
   unknown = [v for v in variants if v not in VARIANTS]
@@ -329,7 +340,8 @@ def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], ar
   converted = os.path.join(root, 'minilm')
   from_hf(model_dir, converted)
   print_machine()
-  print(f'# {_cpu_name()}; length {args.length}, batch {args.batch}; {args.rounds} rounds, '
+  print(f'# {_cpu_name()}; {args.dtype}; length {args.length}, batch {args.batch}; '
+        f'{args.rounds} rounds, '
         f'in each every side in turn: {args.steps} steps profiled, {args.steps} timed',
         flush=True)
   rng = np.random.default_rng(0)
@@ -339,13 +351,14 @@ def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], ar
   sides = {}  # (side, variant) -> object with .step()
   if not args.no_torch:
     for rate in sorted({VARIANTS[v][1] for v in variants}, reverse=True):
-      sides['torch', str(rate)] = TheirStep(model_dir, rate, ids, labels)
+      sides['torch', str(rate)] = TheirStep(model_dir, rate, ids, labels, args.dtype)
   for variant in variants:
     _, _, prng, _, patches = VARIANTS[variant]
     with variant_context(prng, patches):
       workdir = os.path.join(root, variant)
       os.makedirs(workdir)
-      sides['ours', variant] = OurStep(converted, workdir, args.batch, variant, ids, labels)
+      sides['ours', variant] = OurStep(converted, workdir, args.batch, variant, ids, labels,
+                                       args.dtype)
     gc.collect()
   for obj in sides.values():
     for _ in range(args.warmup):
@@ -377,7 +390,7 @@ def _profile(model_dir: str, trace_root: str, root: str, variants: list[str], ar
     print(json.dumps(_rounded(row)), flush=True)
   _print_tables(rows, args.top)
   if args.gemms:
-    gemms = gemm_table(args.batch * args.length, 384, 1536, 7, not args.no_torch)
+    gemms = gemm_table(args.batch * args.length, 384, 1536, 7, not args.no_torch, args.dtype)
     print(f'\nthe dense products alone, tokens {args.batch * args.length} (ms, median of 7; '
           f'load average {os.getloadavg()[0]:.2f})')
     print(f"{'layer':<14}{'product':<20}{'XLA backend':>12}{'ours ms':>9}{'GFLOP/s':>9}"

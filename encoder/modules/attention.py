@@ -135,9 +135,8 @@ class SelfAttention(nn.Module):
     dtype = compute_dtype(cfg)
     params = [_Projection(cfg, name=name)() for name in ('query', 'key', 'value')]
     kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [m, 3, h, d]
-    qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ())))
-    if cfg.use_bias:
-      qkv = qkv + jnp.stack([b for _, b in params]).astype(dtype)  # [3, h, d]
+    bias = jnp.stack([b for _, b in params]) if cfg.use_bias else None  # [3, h, d]
+    qkv = matmul.dot_general(x.astype(dtype), kernel, (((2,), (0,)), ((), ())), bias=bias)
     dropout = not deterministic and cfg.attention_dropout_rate > 0
     form = layer_form(cfg, mask, dropout=dropout, probs=return_probs,
                       training=not deterministic)
@@ -164,9 +163,8 @@ class SelfAttention(nn.Module):
         query, key = apply_rope(query, cos, sin), apply_rope(key, cos, sin)
       context = self._fused_or_blockwise(form, query, key, value, mask, dropout)
     out_kernel, out_bias = _Projection(cfg, into_heads=False, name='out')()
-    out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())))
-    if out_bias is not None:
-      out = out + out_bias.astype(dtype)
+    out = matmul.dot_general(context, out_kernel.astype(dtype), (((2, 3), (0, 1)), ((), ())),
+                             bias=out_bias)
     return out, probs
 
   def _fused_or_blockwise(self, form: str, query, key, value, mask: AttentionMask,

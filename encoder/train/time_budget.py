@@ -44,12 +44,14 @@ class TimeBudget:
   """The clock of one run: seconds spent in earlier sessions (restored from the checkpoint)
   plus those since this session's loop started, against `minutes`."""
 
-  def __init__(self, minutes: float, num_steps: int, saved: dict | None = None):
+  def __init__(self, minutes: float, num_steps: int, saved: dict | None = None,
+               eval_batches: int = 1):
     saved = saved or {}
+    self.eval_batches = max(int(eval_batches), 1)  # to guess an evaluation not yet timed
     self.minutes, self.num_steps = float(minutes), max(int(num_steps), 1)
     self.before_s = float(saved.get('elapsed_s', 0.0))  # the earlier sessions' training time
-    self.eval_s = float(saved.get('eval_s', 0.0))  # the last evaluation's and save's times
-    self.save_s = float(saved.get('save_s', 0.0))
+    # The last evaluation's and save's times (None: not timed yet).
+    self.eval_s, self.save_s = saved.get('eval_s'), saved.get('save_s')
     self.ended = bool(saved.get('ended', False))  # the budget ended the run (its last save)
     self._progress = float(saved.get('progress', 0.0))
     self.step_s = 0.0  # the last step's time, without evaluations and saves
@@ -61,8 +63,12 @@ class TimeBudget:
 
   @property
   def reserve_s(self) -> float:
-    """What the final evaluation and save will take: as long as the last ones did."""
-    return self.eval_s + self.save_s
+    """What the final evaluation and save will take: as long as the last ones did. Before
+    the first of each is timed, a guess from the step's time: an evaluation as long as
+    `eval_batches` train steps (its forward passes cost less), a save as long as one step
+    (a run shorter than its first evaluation ended a few seconds over its budget without)."""
+    eval_s = self.eval_batches * self.step_s if self.eval_s is None else self.eval_s
+    return eval_s + (self.step_s if self.save_s is None else self.save_s)
 
   def elapsed_s(self) -> float:
     return self.before_s + now() - self._start

@@ -244,7 +244,8 @@ def _budget(run: RunSetup) -> time_budget.TimeBudget | None:
     raise ConfigError('train.max_minutes runs in one process for now; a multi-host run sets '
                       'train.num_steps')
   budget = time_budget.TimeBudget(minutes, t.num_steps,
-                                  (run.data_state or {}).get(time_budget.CLOCK_KEY))
+                                  (run.data_state or {}).get(time_budget.CLOCK_KEY),
+                                  eval_batches=t.eval_batches)
   log.info('wall-clock budget: %g minutes (%.2f spent before this session); at most %d steps',
            minutes, budget.before_s / 60, t.num_steps)
   return budget

@@ -256,3 +256,13 @@ def test_impossible_budgets_are_refused_in_one_line():
   config.train.update(max_minutes=1.0, decay_from='runs/x')
   with pytest.raises(ConfigError, match='a decay branch is as long as its steps'):
     time_budget.check(config.train)
+
+
+def test_before_its_first_evaluation_a_run_reserves_a_guess_of_it():
+  # A run shorter than its first evaluation still ends early enough for the final one:
+  # eval_batches train steps' time and a step for the save, until both are timed.
+  budget = time_budget.TimeBudget(1.0, 1000, {'elapsed_s': 0.0}, eval_batches=10)
+  budget.step_s = 2.0
+  assert budget.reserve_s == 10 * 2.0 + 2.0
+  budget.eval_s, budget.save_s = 3.0, 0.5  # timed: the measured ones count
+  assert budget.reserve_s == 3.5
