@@ -1,4 +1,4 @@
-"""The CPU-hour recipe: MLM pretraining of a BERT-Mini-sized encoder in 60 minutes of wall clock.
+"""The CPU-hour recipe: MLM pretraining of a BERT-Tiny-sized encoder in 60 minutes of wall clock.
 
   python launch.py --exp cram --config.data.corpus='text:../shared/data/pretrain/*.txt.gz'
   python launch.py --exp cram --config.data.corpus='text:../shared/data/pretrain/*.txt.gz' \\
@@ -24,10 +24,13 @@ are all set here, in `RECIPE`.
 from encoder import config_schema
 from experiments import _common, _variants
 
-DESCRIPTION = 'CPU-hour MLM recipe (Cramming scaled down): BERT-Mini, 60 minutes wall clock'
+DESCRIPTION = 'CPU-hour MLM recipe (Cramming scaled down): BERT-Tiny, 60 minutes wall clock'
 
 RECIPE = {
-    'model.size': 'mini',  # 4 layers x 256 (Turc et al.'s BERT-Mini): the budget's shape
+    # BERT-Tiny's shape (2 x 128): in 6-minute probes on the English corpus it reached held-out
+    # MLM accuracy 0.109 (411 steps of 128 rows at lr 2e-3) where BERT-Mini reached 0.092 (368
+    # steps of 32) and 0.066 (96 steps of 128) (docs/cramming.md)
+    'model.size': 'tiny',
     'model.norm': 'pre',  # pre-LN: stable at Cramming's high learning rate, no long warmup
     'model.dropout_rate': 0.0,  # one pass over the data at most: nothing to regularise
     'model.attention_dropout_rate': 0.0,  # Cramming drops dropout for the short budget
@@ -39,15 +42,16 @@ RECIPE = {
     'train.max_minutes': 60.0,  # the budget: the decay ends, evaluated and saved, within it
     'train.num_steps': 100_000,  # an upper bound only: the budget ends the run first
     'train.batch_size': 128,  # global batch; Cramming ramps far higher on a GPU
-    'train.learning_rate': 1e-3,  # Cramming's peak, with its one-cycle schedule
+    'train.learning_rate': 2e-3,  # high, as small models tolerate; one-cycle schedule
     'train.schedule': 'linear',  # linear warmup, then linear decay to 0 over the budget
     'train.warmup_steps': 100,  # in steps; a guess until the sweep counts an hour's steps
     'train.b2': 0.98,  # Cramming's (and RoBERTa's) Adam beta2 for a large learning rate
     'train.clip_norm': 0.5,  # Cramming's gradient clipping
     'train.log_every': 20,  # train records for the curve against minutes
-    'train.eval_every': 200,  # held-out MLM during the hour: the curve, and the time the
+    'train.eval_every': 500,  # held-out MLM during the hour: the curve, and the time the
     'train.eval_batches': 10,  # budget keeps for the final evaluation (its reserve)
-    'train.checkpoint_every': 200,  # a save inside the budget: its time is reserved too
+    'train.checkpoint_every': 500,  # a save inside the budget: its time is reserved too
+    'train.keep_checkpoints': 20,  # every one kept: the suite judges them against minutes
 }
 
 
