@@ -9,6 +9,7 @@ import pytest
 from encoder import configs
 from encoder.errors import ConfigError
 from encoder.sweep import grid, parse_sweep, run_sweep, write_report
+from encoder.sweep.report import plot_axes
 from encoder.sweep.status import write_status
 from tests.train.conftest import smoke_overrides
 
@@ -203,3 +204,40 @@ def test_the_report_gains_the_downstream_columns_of_suites_run_on_the_sweep(tmp_
   assert lines[2].startswith('| nsp=false |') and lines[2].endswith('| 0.3000 | 0.6600 | 0.6600 |')
   assert lines[4].startswith('| scratch | (baseline: no pretraining) |')
   assert lines[4].endswith('|  | 0.5200 | 0.5200 |')
+
+
+def test_a_wall_clock_sweep_is_drawn_against_minutes_too(tmp_path):
+  sweep_dir = tmp_path / 'sweep'
+  for name, minutes in (('position_embedding=learned', (3.0, 6.0)),
+                        ('position_embedding=rope', (3.1, 5.9))):
+    write_status(str(sweep_dir / name), {'name': name, 'status': 'done', 'overrides': []})
+    (sweep_dir / name / 'metrics.jsonl').write_text(''.join(
+        json.dumps({'step': 100 * (i + 1), 'split': 'eval', 'elapsed_minutes': m,
+                    'mlm_accuracy': 0.1 * (i + 1)}) + '\n' for i, m in enumerate(minutes)))
+  records = write_report(str(sweep_dir))
+  assert plot_axes(records) == ['step', 'elapsed_minutes']
+  assert (sweep_dir / 'sweep.png').stat().st_size > 0
+  # A run whose records predate the clock: steps alone (no mixed axis).
+  records[0]['eval_curve'][0].pop('elapsed_minutes')
+  assert plot_axes(records) == ['step']
+
+
+def test_the_cram_sweeps_vary_one_choice_at_one_wall_clock():
+  config = configs.load_experiment('cram')
+  module = configs.experiment_module('cram')
+  for name in module.SWEEPS:
+    axes = parse_sweep(name, config, module)
+    runs = grid.named_runs(axes)
+    budgets = {item for _, o in runs for item in o if item.startswith('train.max_minutes=')}
+    assert len(runs) >= 2 and len(budgets) == 1, name  # the arms share one wall clock
+  assert all('train.max_minutes=6.0' in o for _, o in
+             grid.named_runs(parse_sweep('positions', config, module)))
+  shapes = dict(grid.named_runs(parse_sweep('shape', config, module)))
+  assert list(shapes) == ['2x128', '4x192', '4x256']
+  assert 'model.hidden_size=192' in shapes['4x192'] and 'model.size=mini' in shapes['4x256']
+  table5 = dict(grid.named_runs(parse_sweep('table5', config, module)))
+  assert list(table5) == ['mlm_nsp', 'mlm', 'causal']
+  assert {'data.nsp=true', 'data.packing=none'} <= set(table5['mlm_nsp'])
+  # A user's --config.train.max_minutes=60 makes them hour-long arms.
+  assert all(key != 'train.max_minutes' for key, _ in
+             parse_sweep('positions', config, module, frozenset({'train.max_minutes'})))

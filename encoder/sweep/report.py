@@ -111,21 +111,32 @@ def _fmt(value) -> str:
   return '' if value is None else f'{value:.4f}'
 
 
+def plot_axes(records: list[dict]) -> list[str]:
+  """The x axes of sweep.png: 'step', and 'elapsed_minutes' beside it when every run's held-out
+  records carry their wall clock (every run since the clock was logged): arms of a wall-clock
+  budget take different numbers of steps in the same minutes, so they compare at equal time."""
+  points = [e for r in records for e in r['eval_curve']]
+  timed = bool(points) and all('elapsed_minutes' in e for e in points)
+  return ['step', 'elapsed_minutes'] if timed else ['step']
+
+
 def _plot(records: list[dict], path: str) -> None:
   from matplotlib.figure import Figure
   metric = records[0]['main_metric']
-  fig = Figure(figsize=(7, 4.5), layout='constrained')
-  ax = fig.add_subplot()
-  for r in records:
-    curve = [(e['step'], e[metric]) for e in r['eval_curve'] if metric in e]
-    if curve:
-      steps, values = zip(*curve, strict=True)
-      ax.plot(steps, values, marker='o', markersize=3, label=r['name'])
-  ax.set_xlabel('step')
-  ax.set_ylabel(f'held-out {metric}')
-  ax.grid(alpha=0.3)
-  if ax.lines:
-    ax.legend(fontsize=8)
+  axes = plot_axes(records)
+  fig = Figure(figsize=(7 * len(axes), 4.5), layout='constrained')
+  for i, x in enumerate(axes):
+    ax = fig.add_subplot(1, len(axes), i + 1)
+    for r in records:
+      curve = [(e[x], e[metric]) for e in r['eval_curve'] if metric in e]
+      if curve:
+        xs, values = zip(*curve, strict=True)
+        ax.plot(xs, values, marker='o', markersize=3, label=r['name'])
+    ax.set_xlabel('step' if x == 'step' else 'minutes of training (wall clock)')
+    ax.set_ylabel(f'held-out {metric}')
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=8)
   image = io.BytesIO()
   fig.savefig(image, format='png', dpi=120)
   storage.write_atomic(path, image.getvalue())

@@ -1,6 +1,8 @@
 """The run log's bfloat16 hint: read from /proc/cpuinfo's flags (here fake texts, not this
 machine's), given only for a float32 run on a CPU with bfloat16 products."""
 
+import pathlib
+
 from encoder.train import cpu_features, run_setup
 from tests.train.test_mesh import tiny_setup
 
@@ -31,7 +33,7 @@ def test_the_bfloat16_flags_are_read_from_the_flags_line():
 def test_a_float32_cpu_run_on_such_a_cpu_gets_the_hint_and_no_other_run_does():
   hint = cpu_features.bfloat16_hint('float32', 'cpu', cpuinfo(SAPPHIRE_RAPIDS))
   assert hint == ('this CPU computes bfloat16 products natively (amx_bf16, avx512_bf16): '
-                  '--config.model.dtype=bfloat16 is faster here '
+                  '--config.model.dtype=bfloat16 may be faster here for base-sized models '
                   '(docs/performance.md#bfloat16-on-cpu)')
   assert '(avx512_bf16)' in cpu_features.bfloat16_hint('float32', 'cpu', cpuinfo(ZEN4))
   assert cpu_features.bfloat16_hint('float32', 'cpu', cpuinfo(HASWELL)) is None
@@ -67,3 +69,11 @@ def test_the_run_log_says_it_beside_the_attention_form(monkeypatch, encoder_log)
   config, task, *_ = tiny_setup()
   run_setup._parts(config, task)
   assert not any('bfloat16 products' in r.getMessage() for r in encoder_log.records)
+
+
+def test_the_hint_points_at_a_section_that_exists():
+  path, anchor = cpu_features.DOCS.split('#')
+  root = pathlib.Path(__file__).resolve().parents[2]
+  headings = [line.lstrip('#').strip().lower().replace(' ', '-')
+              for line in (root / path).read_text().splitlines() if line.startswith('## ')]
+  assert anchor in headings
