@@ -5,6 +5,7 @@ Light on purpose (Orbax and numpy only), so notebooks load checkpoints without t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -82,6 +83,18 @@ def find_run_directory(path: str) -> str | None:
     if storage.isfile(os.path.join(candidate, 'config.json')):
       return candidate
   return None
+
+
+def newest_data_state(workdir: str) -> dict:
+  """The newest complete checkpoint's `data` item (the loader's position and, with a wall-clock
+  budget, the run's training clock), read as the JSON Orbax's JsonSave wrote (`data/metadata`)
+  without Orbax or JAX; {} where the workdir has no checkpoint or the step no such file."""
+  try:
+    _, candidates = checkpoint_candidates(workdir)
+  except CheckpointError:
+    return {}
+  path = os.path.join(os.path.dirname(candidates[0]), 'data', 'metadata')
+  return json.loads(storage.read_text(path)) if storage.isfile(path) else {}
 
 
 def _complete(step_dir: str) -> bool:

@@ -31,13 +31,14 @@ DESCRIPTION = 'CPU-hour MLM recipe (Cramming scaled down): BERT-Tiny, 60 minutes
 RECIPE = {
     # BERT-Tiny's shape (2 x 128): in 6-minute probes on the English corpus it reached held-out
     # MLM accuracy 0.109 (411 steps of 128 rows at lr 2e-3) where BERT-Mini reached 0.092 (368
-    # steps of 32) and 0.066 (96 steps of 128) (docs/cramming.md)
+    # steps of 32) and 0.066 (96 steps of 128); with rotary positions 0.193 where 4 x 192
+    # reached 0.102 (253 steps of 64) (docs/cramming.md)
     'model.size': 'tiny',
     # Rotary positions: in 6-minute probes held-out MLM accuracy 0.193 against 0.109 with BERT's
     # learned table, which had not left the unigram plateau (0.140) after 27 minutes
     'model.position_embedding': 'rope',
     'model.norm': 'pre',  # pre-LN: stable at Cramming's high learning rate, no long warmup
-    'model.dropout_rate': 0.0,  # one pass over the data at most: nothing to regularise
+    'model.dropout_rate': 0.0,  # 2.4 passes over the rows in the hour: little to regularise
     'model.attention_dropout_rate': 0.0,  # Cramming drops dropout for the short budget
     'data.vocab_size': 8192,  # a smaller SentencePiece vocabulary: a cheaper MLM softmax
     'data.nsp': False,  # MLM alone: NSP costs compute and did not help (Cramming, RoBERTa)

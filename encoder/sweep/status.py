@@ -8,7 +8,9 @@ import json
 import os
 
 from encoder import storage
+from encoder.checkpoint_files import newest_data_state
 from encoder.configs import nested_get
+from encoder.train.time_budget import CLOCK_KEY
 from encoder.train.metric_writer import read_metrics
 
 STATUS_FILE = 'run_status.json'
@@ -45,7 +47,16 @@ def target_steps(workdir: str, config) -> int | None:
 
 
 def finished(workdir: str, config) -> bool:
-  """Whether the run's metrics reach its last step."""
+  """Whether the run's metrics reach its last step, or its wall-clock budget
+  (`train.max_minutes`) ended it: `train.num_steps` is then only an upper bound, and the newest
+  checkpoint's training clock says the budget was spent (saved with the final evaluation)."""
   target = target_steps(workdir, config)
-  return target is not None and last_step(workdir) >= target
+  if target is not None and last_step(workdir) >= target:
+    return True
+  return bool(config.train.get('max_minutes')) and budget_ended(workdir)
+
+
+def budget_ended(workdir: str) -> bool:
+  """Whether the run's wall-clock budget ended it (its newest checkpoint's clock)."""
+  return bool(newest_data_state(workdir).get(CLOCK_KEY, {}).get('ended', False))
 

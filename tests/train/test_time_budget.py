@@ -13,7 +13,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from encoder import config_schema, configs
+from encoder.checkpoint_files import newest_data_state
 from encoder.errors import ConfigError
+from encoder.sweep import status as sweep_status
 from encoder.train import optim, time_budget
 from encoder.train.metric_writer import read_metrics
 from encoder.train.optim import budgeted_learning_rate, learning_rate_schedule, make_optimizer
@@ -184,6 +186,11 @@ def test_a_budgeted_run_ends_by_its_clock_with_the_decay_spent(tmp_path, corpus,
   ocp.StandardCheckpointer().restore(tmp_path / 'w' / 'checkpoints' / str(steps[-1]) / 'params')
   clock = clock_of(tmp_path / 'w', steps[-1])
   assert clock['ended'] is True and 0 < clock['elapsed_s'] <= 12
+  # Read without Orbax, as a sweep does: the run is finished though it is short of num_steps.
+  assert newest_data_state(str(tmp_path / 'w'))[time_budget.CLOCK_KEY] == clock
+  config = configs.load_experiment('mlm_nsp_tiny:smoke')
+  config.train.update(max_minutes=0.2, num_steps=200)
+  assert sweep_status.finished(str(tmp_path / 'w'), config)
   # The same command again trains no further.
   assert budgeted_run(tmp_path / 'w', corpus, cache_dir, monkeypatch) == {}
   assert read_metrics(str(tmp_path / 'w'), 'train')[-1]['step'] == last['step']
@@ -195,6 +202,7 @@ def test_a_resumed_budgeted_run_continues_its_clock(tmp_path, corpus, cache_dir,
   budgeted_run(tmp_path / 'resumed', corpus, cache_dir, monkeypatch, 'train.stop_at_step=10')
   spent = clock_of(tmp_path / 'resumed', 10)
   assert spent['ended'] is False and spent['elapsed_s'] > 0
+  assert not sweep_status.budget_ended(str(tmp_path / 'resumed'))  # a sweep resumes this one
   # The resumed session's clock starts from zero again (a new process); the run's does not.
   budgeted_run(tmp_path / 'resumed', corpus, cache_dir, monkeypatch)
   records = read_metrics(str(tmp_path / 'resumed'), 'train')
