@@ -10,8 +10,8 @@ import os
 from encoder import storage
 from encoder.checkpoint_files import newest_data_state
 from encoder.configs import nested_get
-from encoder.train.time_budget import CLOCK_KEY
 from encoder.train.metric_writer import read_metrics
+from encoder.train.time_budget import CLOCK_KEY
 
 STATUS_FILE = 'run_status.json'
 
