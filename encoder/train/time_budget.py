@@ -41,15 +41,15 @@ def check(train) -> None:
 
 
 class TimeBudget:
-  """The clock of one run: seconds spent in earlier sessions (restored from the checkpoint)
-  plus those since this session's loop started, against `minutes`."""
+  """The clock of one run: seconds its earlier processes spent (restored from the checkpoint)
+  plus those since this process's loop started, against `minutes`."""
 
   def __init__(self, minutes: float, num_steps: int, saved: dict | None = None,
                eval_batches: int = 1):
     saved = saved or {}
     self.eval_batches = max(int(eval_batches), 1)  # to guess an evaluation not yet timed
     self.minutes, self.num_steps = float(minutes), max(int(num_steps), 1)
-    self.before_s = float(saved.get('elapsed_s', 0.0))  # the earlier sessions' training time
+    self.before_s = float(saved.get('elapsed_s', 0.0))  # the earlier processes' training time
     # The last evaluation's and save's times (None: not timed yet).
     self.eval_s, self.save_s = saved.get('eval_s'), saved.get('save_s')
     self.ended = bool(saved.get('ended', False))  # the budget ended the run (its last save)
