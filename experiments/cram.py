@@ -97,13 +97,6 @@ SUITE_OVERRIDES = {
 }
 
 
-def get_sweep(name: str) -> list:
-  if name not in SWEEPS:
-    from encoder.errors import ConfigError
-    raise ConfigError(f"unknown sweep '{name}' for cram (known: {', '.join(SWEEPS)})")
-  return SWEEPS[name]
-
-
 def get_config(arg=None):
   c = config_schema.pretraining_config('cram')
   for key, value in RECIPE.items():

@@ -54,13 +54,6 @@ def ladder() -> list:
 SWEEPS = {'ladder': ladder}
 
 
-def get_sweep(name: str) -> list:
-  if name not in SWEEPS:
-    from encoder.errors import ConfigError
-    raise ConfigError(f"unknown sweep '{name}' for mlm_modern_tiny (known: {', '.join(SWEEPS)})")
-  return SWEEPS[name]()
-
-
 def get_config(arg=None):
   c = config_schema.pretraining_config('mlm_modern_tiny')
   m = c.model

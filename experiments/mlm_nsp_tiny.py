@@ -55,13 +55,6 @@ SUITE_OVERRIDES = {'table5': ['suite.seeds=3', 'suite.recipe=bert', 'suite.heldo
                               'data.max_seq_length=128']}
 
 
-def get_sweep(name: str) -> list[tuple[str, list[str]]]:
-  if name not in SWEEPS:
-    from encoder.errors import ConfigError
-    raise ConfigError(f"unknown sweep '{name}' for mlm_nsp_tiny (known: {', '.join(SWEEPS)})")
-  return SWEEPS[name]
-
-
 def get_config(arg=None):
   c = config_schema.pretraining_config('mlm_nsp_tiny')
   c.model.size = 'tiny'

@@ -43,13 +43,23 @@ def parse_sweep(spec: str, config: config_dict.ConfigDict, experiment,
       raise ConfigError(f"--sweep {spec}: give one or more comma-separated values, e.g. {key}=1,2")
     axes = [(key.strip(), texts)]
   else:
-    named = getattr(experiment, 'get_sweep', None)
-    if named is None:
-      raise ConfigError(f"--sweep {spec}: expected KEY=V1,V2 (the experiment names no sweeps)")
-    axes = [(key, values) for key, values in named(spec)
+    axes = [(key, values) for key, values in named_sweep(experiment, spec)
             if not (len(values) == 1 and key in user_keys)]
   return [(key, [_typed_arm(config, v) if isinstance(v, Arm) else _typed(config, key, str(v))
                  for v in values]) for key, values in axes]
+
+
+def named_sweep(experiment, name: str) -> list[tuple[str, list]]:
+  """The axes of the experiment's sweep `name`: its module's `SWEEPS` maps each name to a list
+  of (key, values) axes, or to a function that builds that list (a ladder of Arms)."""
+  sweeps = getattr(experiment, 'SWEEPS', None)
+  if not sweeps:
+    raise ConfigError(f"--sweep {name}: expected KEY=V1,V2 (the experiment names no sweeps)")
+  if name not in sweeps:
+    exp = experiment.__name__.rpartition('.')[2]
+    raise ConfigError(f"unknown sweep '{name}' for {exp} (known: {', '.join(sweeps)})")
+  axes = sweeps[name]
+  return axes() if callable(axes) else axes
 
 
 def _typed_arm(config: config_dict.ConfigDict, arm: Arm) -> Arm:

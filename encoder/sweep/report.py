@@ -113,7 +113,7 @@ def _fmt(value) -> str:
 
 def plot_axes(records: list[dict]) -> list[str]:
   """The x axes of sweep.png: 'step', and 'elapsed_minutes' beside it when every run's held-out
-  records carry their wall clock (every run since the clock was logged): arms of a wall-clock
+  records carry their wall clock: arms of a wall-clock
   budget take different numbers of steps in the same minutes, so they compare at equal time."""
   points = [e for r in records for e in r['eval_curve']]
   timed = bool(points) and all('elapsed_minutes' in e for e in points)

@@ -246,8 +246,8 @@ def _budget(run: RunSetup) -> time_budget.TimeBudget | None:
   budget = time_budget.TimeBudget(minutes, t.num_steps,
                                   (run.data_state or {}).get(time_budget.CLOCK_KEY),
                                   eval_batches=t.eval_batches)
-  log.info('wall-clock budget: %g minutes (%.2f spent by the run before this process); at most %d steps',
-           minutes, budget.before_s / 60, t.num_steps)
+  log.info('wall-clock budget: %g minutes (%.2f spent by the run before this process); '
+           'at most %d steps', minutes, budget.before_s / 60, t.num_steps)
   return budget
 
 
