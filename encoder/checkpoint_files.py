@@ -93,7 +93,12 @@ def newest_data_state(workdir: str) -> dict:
     _, candidates = checkpoint_candidates(workdir)
   except CheckpointError:
     return {}
-  path = os.path.join(os.path.dirname(candidates[0]), 'data', 'metadata')
+  return step_data_state(os.path.dirname(candidates[0]))
+
+
+def step_data_state(step_dir: str) -> dict:
+  """One checkpoint step's `data` item (as `newest_data_state`); {} where it has none."""
+  path = os.path.join(step_dir, 'data', 'metadata')
   return json.loads(storage.read_text(path)) if storage.isfile(path) else {}
 
 

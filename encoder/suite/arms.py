@@ -3,7 +3,8 @@
 `init_from` may be
   a run (ours, or one `python -m encoder.convert --from-hf` wrote): one arm, `pretrained`, from
       its newest checkpoint; with `suite.checkpoints=all` or `STEP,STEP` one arm per saved
-      step (`step500`, ...), to plot downstream score against pretraining step;
+      step (`step500`, ...), to plot downstream score against pretraining step, or against
+      minutes where the run had a wall-clock budget (each step's saved training clock);
   one checkpoint step directory: one arm, `pretrained`;
   a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run.
 `scratch` (`suite.scratch=true`) is the first arm's architecture and tokenizer with random
@@ -21,10 +22,11 @@ import dataclasses
 import os
 
 from encoder import config_schema, storage
-from encoder.checkpoint_files import find_run_directory
+from encoder.checkpoint_files import find_run_directory, step_data_state
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS
 from encoder.sweep.status import STATUS_FILE, read_status
+from encoder.train.time_budget import CLOCK_KEY
 
 SCRATCH = 'scratch'
 
@@ -32,11 +34,13 @@ SCRATCH = 'scratch'
 @dataclasses.dataclass(frozen=True)
 class Arm:
   """One encoder: its name in the tables, the overrides that start a run from it, and its
-  pretraining step (None: not one of several steps of one run)."""
+  pretraining step (None: not one of several steps of one run) with the minutes of training
+  the run's clock had counted by then (None: a run without a wall-clock budget)."""
   name: str
   overrides: tuple[str, ...]
   run_dir: str
   step: int | None = None
+  minutes: float | None = None
   pooling: str = ''  # how its sentence-level heads pool (fair_pooling)
   hidden_size: int = 0  # its width: picks BERT's or the compact recipe (catalog.recipe_for)
 
@@ -105,8 +109,17 @@ def run_arms(path: str, checkpoints: str) -> list[Arm]:
     steps = wanted
   if not steps:
     raise ConfigError(f'{run_dir} has no saved checkpoint')
-  return [Arm(f'step{s}', (f"init_from={os.path.join(run_dir, 'checkpoints', str(s))}",),
-              run_dir, s) for s in steps]
+  folders = {s: os.path.join(run_dir, 'checkpoints', str(s)) for s in steps}
+  return [Arm(f'step{s}', (f'init_from={folders[s]}',), run_dir, s, training_minutes(folders[s]))
+          for s in steps]
+
+
+def training_minutes(step_dir: str) -> float | None:
+  """Minutes of training a budgeted run's clock had counted when it saved this step (the
+  clock `train.max_minutes` runs on: the loop's time, compiles and evaluations included, the
+  data preparation not); None where the step saved no clock."""
+  elapsed = step_data_state(step_dir).get(CLOCK_KEY, {}).get('elapsed_s')
+  return None if elapsed is None else round(float(elapsed) / 60, 2)
 
 
 def checkpoint_steps(run_dir: str) -> list[int]:

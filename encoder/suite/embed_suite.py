@@ -89,7 +89,7 @@ def run_embed_suite(settings, suite_dir: str, meta: dict, dry_run: bool = False)
                record.get('metrics') or record.get('error'))
     medians = [t['score']['median'] for t in tasks.values()]
     summary_arms[arm.name] = {
-        'step': arm.step, 'tasks': tasks, 'glue_average': None,
+        'step': arm.step, 'minutes': arm.minutes, 'tasks': tasks, 'glue_average': None,
         'average': sum(medians) / len(medians) if medians and None not in medians else None}
   summary = {**meta, 'tasks': list(present), 'missing': missing, 'arms': summary_arms,
              'run_counts': counts, 'runs_wall_clock_s': round(wall, 1)}

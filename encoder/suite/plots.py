@@ -1,11 +1,15 @@
 """The suite's figures: suite.png (each task's median score per arm, bars from min to max over
 the seeds) and, when the arms are steps of one pretraining run, suite_steps.png (downstream
-score against pretraining step, a line per task and the average)."""
+score against pretraining step, a line per task and the average; against the minutes of the
+run's training clock, steps on the top axis, where the run had a wall-clock budget: arms of
+one budget compare by the time they cost)."""
 
 from __future__ import annotations
 
 import io
 import os
+
+import numpy as np
 
 from encoder import storage
 from encoder.suite.catalog import TASKS
@@ -52,21 +56,45 @@ def _over_steps(stepped: dict, scratch: dict | None):
   ax = fig.add_subplot()
   ordered = sorted(stepped.values(), key=lambda a: a['step'])
   steps = [a['step'] for a in ordered]
+  minutes = [a.get('minutes') for a in ordered]
+  timed = None not in minutes and all(a < b for a, b in zip(minutes, minutes[1:], strict=False))
+  xs = minutes if timed else steps
   tasks = list(dict.fromkeys(t for a in ordered for t in a['tasks']))
   for task in tasks:
     values = [a['tasks'].get(task, {}).get('score', {}).get('median') for a in ordered]
-    ax.plot(steps, [None if v is None else 100 * v for v in values], marker='o', markersize=3,
-            label=TASKS[task].label)
+    line, = ax.plot(xs, [None if v is None else 100 * v for v in values], marker='o',
+                    markersize=3, label=TASKS[task].label)
+    baseline = ((scratch or {}).get('tasks', {}).get(task) or {}).get('score', {}).get('median')
+    if baseline is not None:  # each task's scratch twin, in the task's colour
+      ax.axhline(100 * baseline, color=line.get_color(), linestyle=':', linewidth=1)
   averages = [a['average'] for a in ordered]
-  ax.plot(steps, [None if v is None else 100 * v for v in averages], color='black',
+  ax.plot(xs, [None if v is None else 100 * v for v in averages], color='black',
           linewidth=2, marker='o', label='average')
   if scratch and scratch.get('average') is not None:
-    ax.axhline(100 * scratch['average'], color='gray', linestyle='--', label='scratch average')
-  ax.set_xlabel('pretraining step')
+    ax.axhline(100 * scratch['average'], color='gray', linestyle='--',
+               label='scratch (dotted: per task)')
+  if timed:
+    ax.set_xlabel("pretraining minutes (the run's training clock)")
+    top = ax.secondary_xaxis('top', functions=(_linear(minutes, steps), _linear(steps, minutes)))
+    top.set_xlabel('pretraining step')
+  else:
+    ax.set_xlabel('pretraining step')
   ax.set_ylabel('dev score x100 (median over seeds)')
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   return fig
+
+
+def _linear(xp: list[float], fp: list[float]):
+  """The piecewise-linear map through (xp, fp), xp increasing, extended past both ends along
+  its end segments (np.interp alone would flatten there, and an axis needs a map that is
+  one-to-one wherever the plot's limits fall)."""
+  def f(x):
+    x = np.asarray(x, dtype=float)
+    below = fp[0] + (x - xp[0]) * (fp[1] - fp[0]) / (xp[1] - xp[0])
+    above = fp[-1] + (x - xp[-1]) * (fp[-1] - fp[-2]) / (xp[-1] - xp[-2])
+    return np.where(x < xp[0], below, np.where(x > xp[-1], above, np.interp(x, xp, fp)))
+  return f
 
 
 def _save(fig, path: str) -> None:

@@ -102,8 +102,8 @@ def task_result(task: str, by_lr: dict) -> dict:
 
 
 def summarise(runs: list[RunSpec], missing: dict[str, str], meta: dict,
-              arm_steps: dict[str, int | None]) -> dict:
-  """The whole of suite.json."""
+              arm_clocks: dict[str, dict]) -> dict:
+  """The whole of suite.json; `arm_clocks` gives an arm its pretraining step and minutes."""
   arms, grouped = {}, collect(runs)
   every = [r for tasks in grouped.values() for by_lr in tasks.values()
            for records in by_lr.values() for r in records]
@@ -111,7 +111,7 @@ def summarise(runs: list[RunSpec], missing: dict[str, str], meta: dict,
     results = {task: task_result(task, by_lr) for task, by_lr in tasks.items()}
     medians = {t: r['score']['median'] for t, r in results.items()}
     glue = [m for t, m in medians.items() if t in GLUE]
-    arms[arm] = {'step': arm_steps.get(arm), 'tasks': results,
+    arms[arm] = {'step': None, 'minutes': None, **arm_clocks.get(arm, {}), 'tasks': results,
                  'glue_average': _mean(glue) if glue and None not in glue else None,
                  'average': _mean(list(medians.values()))
                  if medians and None not in medians.values() else None}

@@ -85,12 +85,12 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
           'overrides': user_overrides, 'tasks': names,
           'pooling': {arm.name: arm.pooling for arm in arms},
           'recipes': {arm.name: _recipe_text(suite, arm, user_overrides) for arm in arms}}
-  steps = {arm.name: arm.step for arm in arms}
+  clocks = {arm.name: {'step': arm.step, 'minutes': arm.minutes} for arm in arms}
 
   def write_report() -> dict:
     if intermediate_runs:
       meta['intermediate'] = intermediate.describe(intermediate_runs, suite, names)
-    summary = results.summarise(runs, missing, meta, steps)
+    summary = results.summarise(runs, missing, meta, clocks)
     suite_report.write(suite_dir, summary)
     return summary
 

@@ -28,21 +28,26 @@ def csv_text(summary: dict) -> str:
   """One row per (arm, task, metric): the seeds' values, their median, min and max."""
   table = io.StringIO(newline='')
   writer = csv.writer(table)
-  writer.writerow(['arm', 'step', 'task', 'metric', 'official', 'learning_rate', 'seeds',
-                   'median', 'min', 'max', 'done', 'failed'])
+  writer.writerow(['arm', 'step', 'minutes', 'task', 'metric', 'official', 'learning_rate',
+                   'seeds', 'median', 'min', 'max', 'done', 'failed'])
   for arm, a in summary['arms'].items():
     for task, t in a['tasks'].items():
       done = sum(r['status'] == 'done' for r in t['runs'])
       failed = sum(r['status'] == 'failed' for r in t['runs'])
       rows = [('score', t['score'])] + list(t['metrics'].items())
       for metric, s in rows:
-        writer.writerow([arm, '' if a['step'] is None else a['step'], task, metric,
+        writer.writerow([arm, *_clock(a), task, metric,
                          metric in t['official_metrics'] or metric == 'score',
                          t['learning_rate'], ' '.join(f'{v:.6g}' for v in s['seeds']),
                          *(_num(s[k]) for k in ('median', 'min', 'max')), done, failed])
-    writer.writerow([arm, '' if a['step'] is None else a['step'], 'average', 'score', True, '',
+    writer.writerow([arm, *_clock(a), 'average', 'score', True, '',
                      '', _num(a['average']), '', '', '', ''])
   return table.getvalue()
+
+
+def _clock(arm: dict) -> list:
+  """An arm's pretraining step and minutes as CSV cells ('' where it has none)."""
+  return ['' if arm.get(k) is None else arm[k] for k in ('step', 'minutes')]
 
 
 def markdown(summary: dict) -> str:
@@ -65,7 +70,8 @@ def markdown(summary: dict) -> str:
   for arm, a in summary['arms'].items():
     cells = [_cell(a['tasks'].get(t, {}).get('score'))
              + (' †' if a['tasks'].get(t, {}).get('did_not_learn') else '') for t in tasks]
-    lines.append('| ' + ' | '.join([arm, *cells, _pct(a['glue_average']),
+    name = arm if a.get('minutes') is None else f"{arm} ({a['minutes']:.1f} min)"
+    lines.append('| ' + ' | '.join([name, *cells, _pct(a['glue_average']),
                                     _pct(a['average'])]) + ' |')
   lines += ['', 'Every metric, every seed:', '',
             '| arm | task | metric | lr | steps x batch | seeds | median | min | max |',

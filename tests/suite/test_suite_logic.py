@@ -1,6 +1,7 @@
 """The suite's logic with a fake trainer: which runs it plans, what it skips on a rerun, what a
 failure leaves, and the numbers in its table."""
 
+import csv
 import json
 import os
 
@@ -147,6 +148,26 @@ def test_checkpoint_steps_and_sweep_arms(tmp_path, fake_trainer):
   assert list(summary['arms']) == ['attention=bidirectional', 'attention=causal', 'scratch']
   assert (sweep / 'suites' / 'glue' / 'suite.json').exists()  # where the sweep report looks
   assert 'glue:sst2' in (sweep / 'sweep.md').read_text()
+
+
+def test_steps_of_a_budgeted_run_are_placed_by_the_minutes_their_clock_had_counted(
+    tmp_path, fake_trainer):
+  run = fake_run(tmp_path / 'run', steps=(100, 200))
+  for step, elapsed_s in ((100, 90.0), (200, 183.0)):  # what TimeBudget.state() saves
+    data = tmp_path / 'run' / 'checkpoints' / str(step) / 'data'
+    data.mkdir()
+    (data / 'metadata').write_text(json.dumps(
+        {'step': step, 'training_clock': {'elapsed_s': elapsed_s, 'ended': step == 200}}))
+  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
+  summary = _suite(tmp_path, 'suite.checkpoints=all', 'suite.seeds=1', data_dir=data_dir,
+                   run=run)
+  assert {a: v['minutes'] for a, v in summary['arms'].items()} == {
+      'step100': 1.5, 'step200': 3.05, 'scratch': None}
+  rows = list(csv.DictReader(open(tmp_path / 'suite' / 'suite.csv')))
+  assert {(r['arm'], r['step'], r['minutes']) for r in rows} == {
+      ('step100', '100', '1.5'), ('step200', '200', '3.05'), ('scratch', '', '')}
+  assert '| step200 (3.0 min) |' in (tmp_path / 'suite' / 'suite.md').read_text()
+  assert (tmp_path / 'suite' / 'suite_steps.png').exists()
 
 
 def test_the_learning_rate_grid_reports_the_rate_with_the_best_median():
