@@ -7,6 +7,7 @@ one budget compare by the time they cost)."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 
 import numpy as np
@@ -57,7 +58,7 @@ def _over_steps(stepped: dict, scratch: dict | None):
   ordered = sorted(stepped.values(), key=lambda a: a['step'])
   steps = [a['step'] for a in ordered]
   minutes = [a.get('minutes') for a in ordered]
-  timed = None not in minutes and all(a < b for a, b in zip(minutes, minutes[1:], strict=False))
+  timed = None not in minutes and all(a < b for a, b in itertools.pairwise(minutes))
   xs = minutes if timed else steps
   tasks = list(dict.fromkeys(t for a in ordered for t in a['tasks']))
   for task in tasks:
