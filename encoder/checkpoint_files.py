@@ -134,7 +134,8 @@ def restore_newest_params(path: str) -> tuple[str, str, dict]:
 
 
 def restore_params(params_dir: str) -> dict:
-  """The params item as a nested dict of numpy arrays, restored on the host with plain Orbax."""
+  """The params item as a nested dict of numpy arrays, restored on the host with plain Orbax,
+  as a model reads them (`fold_embedding_delta`)."""
   import orbax.checkpoint as ocp
   storage.check_checkpoint_location(params_dir)  # s3:// needs tensorstore's s3 driver installed
   try:
@@ -146,4 +147,21 @@ def restore_params(params_dir: str) -> dict:
   params = jax.tree.map(np.asarray, restored)
   if not isinstance(params, dict) or 'encoder' not in params:
     raise CheckpointError(f"'{params_dir}' holds no 'encoder' parameters: not one of our models")
-  return params
+  return fold_embedding_delta(params)
+
+
+def fold_embedding_delta(params: dict) -> dict:
+  """An ELECTRA run trained with gradient-disentangled sharing (encoder/modules/electra.py)
+  keeps the generator's word table under `encoder` and the discriminator's difference from it
+  as `word_embedding_delta`. Read as models (load, init_from, --to-hf), the encoder gets its
+  own table, their sum, and the generator its own copy of the shared embeddings, as a run
+  without sharing holds them; other checkpoints come back as they are."""
+  delta = params.get('word_embedding_delta')
+  if delta is None:
+    return params
+  shared = params['encoder']['embeddings']
+  words = np.asarray(shared['word_embeddings']['embedding']) + np.asarray(delta)
+  encoder = {**params['encoder'],
+             'embeddings': {**shared, 'word_embeddings': {'embedding': words}}}
+  rest = {k: v for k, v in params.items() if k != 'word_embedding_delta'}
+  return {**rest, 'encoder': encoder, 'generator': {**params['generator'], 'embeddings': shared}}

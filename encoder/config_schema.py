@@ -65,6 +65,8 @@ MODERN_SIZES = {
     'modern_large': dict(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624),
 }
 SIZES = (*BERT_SIZES, *MODERN_SIZES)
+# The tasks that pretrain on a corpus (the pretraining sections, --prepare_data, --inspect_data).
+PRETRAINING_TASKS = ('pretraining', 'electra')
 SHAPE_FIELDS = ('num_layers', 'hidden_size', 'num_heads', 'intermediate_size')
 # The model fields a size preset sets, with their types (for typed overrides while unset).
 PRESET_FIELDS = {
@@ -132,6 +134,10 @@ def model_section() -> config_dict.ConfigDict:
   # pooler (tanh: BERT's dense + tanh, NSP reads it | none); pooling (cls | mean of the real
   # tokens); classifier_head (linear: BERT | mlp: ModernBERT's dense + act + norm first).
   m.vocab_size = config_dict.placeholder(int)  # from the data: the tokenizer's vocabulary
+  # The width of the token (and position, segment) embeddings when it differs from the
+  # hidden size: a dense layer projects them up (ELECTRA-Small embeds in 128 for a hidden
+  # size of 256; its generator projects the shared embeddings down). 0: the hidden size (BERT).
+  m.embedding_size = 0
   m.attention = 'bidirectional'  # bidirectional | causal
   # How scores are computed (the mathematics is the same): auto | explicit | xla | cudnn |
   # blockwise | splash. auto: blockwise on CPU (and any backend without a fused kernel),
@@ -250,7 +256,7 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   """The sections every task reads."""
   c = config_dict.ConfigDict()
   c.experiment = experiment
-  c.task = task  # pretraining | classification | tagging | span_qa | contrastive
+  c.task = task  # pretraining | electra | classification | tagging | span_qa | contrastive
   # A run (or converted Hugging Face model) whose encoder weights this run starts from; its
   # architecture (model.*) and tokenizer come with them.
   c.init_from = ''
@@ -306,6 +312,31 @@ def pretraining_config(experiment: str) -> config_dict.ConfigDict:
   t.nsp_loss_weight_final = config_dict.placeholder(float)
   t.nsp_ramp_start = 0
   t.nsp_ramp_end = 0
+  # Replaced-token detection (ELECTRA), read when task=electra (encoder/tasks/electra.py): a
+  # generator MLM fills the masked positions with samples, the discriminator (the encoder
+  # kept) tells replaced tokens from originals. Set data.mask_token_prob=0.85 and
+  # data.random_token_prob=0 for ELECTRA's masking (85% [MASK], 15% left as they are).
+  e = c.electra = config_dict.ConfigDict()
+  e.generator_size = 0.25  # the generator's hidden size, heads and MLP: this fraction of the
+  #                          discriminator's (ELECTRA: 1/4 for Small, 1/3 for Base), same depth
+  e.discriminator_weight = 50.0  # loss = generator MLM + this x discriminator (ELECTRA's 50)
+  # shared (ELECTRA: one embedding block both read and both losses train) | disentangled
+  # (DeBERTa-v3: the discriminator reads the shared word table through a stop-gradient plus a
+  # learned difference) | none (the generator's own embeddings)
+  e.embedding_sharing = 'shared'
+  return c
+
+
+def electra_config(experiment: str) -> config_dict.ConfigDict:
+  """Replaced-token detection (ELECTRA; Clark et al., 2020) on the pretraining sections: its
+  masking (85% [MASK], none random, the rest left), no NSP, and no pooler (ELECTRA has none;
+  its classifiers read the [CLS] token)."""
+  c = pretraining_config(experiment)
+  c.task = 'electra'
+  c.data.nsp = False
+  c.data.mask_token_prob = 0.85
+  c.data.random_token_prob = 0.0
+  c.model.pooler = 'none'
   return c
 
 
@@ -416,8 +447,10 @@ def contrastive(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
 
 def task_config(task: str) -> config_dict.ConfigDict:
   """The schema of a run of `task`: every field its config holds, at its default."""
-  if task == 'pretraining':
-    return pretraining_config('')
+  if task in PRETRAINING_TASKS:
+    c = pretraining_config('')
+    c.task = task
+    return c
   c = finetuning_config('', task)
   if task == 'contrastive':
     return contrastive(c)

@@ -62,6 +62,11 @@ def recipe(config) -> str:
   parts = [f'task {config.task}', f'sequence {d.max_seq_length}', f'batch {t.batch_size}']
   if 'mask_rate' in d:
     objective = 'MLM + NSP' if d.nsp else 'MLM only'
+    if config.task == 'electra':
+      e = config.electra
+      objective = (f'replaced-token detection (generator {e.generator_size:g} wide, '
+                   f'discriminator x {e.discriminator_weight:g}, {e.embedding_sharing} '
+                   'embeddings)')
     rate = f'{d.mask_rate:g}'
     if d.mask_rate_schedule != 'constant':
       rate += f' ({d.mask_rate_schedule}: {d.mask_rate_final or d.mask_rate_steps})'

@@ -20,7 +20,7 @@ import os
 import select
 import sys
 
-from encoder import configs, storage
+from encoder import config_schema, configs, storage
 from encoder.errors import ConfigError, EncoderError
 
 
@@ -100,7 +100,7 @@ def run(argv: list[str]) -> int:
     sweep_dir = args.workdir or os.path.join('runs', 'sweeps', grid.sweep_dir_name(args))
     run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
     return 0
-  if args.prepare_data and config.task != 'pretraining':
+  if args.prepare_data and config.task not in config_schema.PRETRAINING_TASKS:
     raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
                       f'{config.task} experiment, whose data needs no preparation')
   if args.print_config or args.describe or args.prepare_data or args.inspect_data is not None:

@@ -61,6 +61,21 @@ RECIPE = {
 }
 
 
+# `cram:electra`: the same hour with replaced-token detection (ELECTRA; encoder/tasks/electra.py)
+# instead of MLM: ELECTRA's masking (85% [MASK], the rest left, no random tokens), its loss
+# weight (50) and shared embeddings; the generator's size and the learning rate from probes
+# at a fixed number of steps (docs/cramming.md, "ELECTRA's hour"). The rest is RECIPE's.
+ELECTRA = {
+    'task': 'electra',
+    'data.mask_token_prob': 0.85,
+    'data.random_token_prob': 0.0,
+    'electra.generator_size': 0.25,
+    'electra.discriminator_weight': 50.0,
+    'electra.embedding_sharing': 'shared',
+    'train.learning_rate': 2e-3,
+}
+
+
 # The recipe's sweeps (`--sweep NAME`, with the corpus given as above): each varies one choice
 # at a 6-minute probe budget (`--config.train.max_minutes=60` makes them hour-long arms); the
 # held-out MLM accuracy is measured at 15% masking in every arm, so the arms compare, and the
@@ -79,8 +94,10 @@ SWEEPS = {
     'shape': [('shape', SHAPES), PROBE],
     # BERT's Table 5 in small, on English, at one wall clock: MLM + NSP (BERT's sentence pairs),
     # MLM alone (the recipe) and left-to-right (a causal mask; the suite pools it by the mean)
+    # and replaced-token detection (cram:electra's settings, ELECTRA below)
     'table5': [('objective', [Arm('mlm_nsp', ('data.nsp=true', 'data.packing=none')),
-                              Arm('mlm', ()), Arm('causal', ('model.attention=causal',))]),
+                              Arm('mlm', ()), Arm('causal', ('model.attention=causal',)),
+                              Arm('electra', tuple(f'{k}={v}' for k, v in ELECTRA.items()))]),
                PROBE],
 }
 
@@ -97,9 +114,17 @@ SUITE_OVERRIDES = {
 }
 
 
+def _set(c, values: dict) -> None:
+  for key, value in values.items():
+    *sections, field = key.split('.')
+    node = c
+    for section in sections:
+      node = node[section]
+    node[field] = value
+
+
 def get_config(arg=None):
   c = config_schema.pretraining_config('cram')
-  for key, value in RECIPE.items():
-    section, field = key.split('.')
-    c[section][field] = value
-  return _variants.apply_variants(c, arg, {'smoke': _common.pretraining_smoke})
+  _set(c, RECIPE)
+  return _variants.apply_variants(c, arg, {'smoke': _common.pretraining_smoke,
+                                           'electra': lambda c: _set(c, ELECTRA)})

@@ -44,7 +44,8 @@ def test_variants_apply_in_order_and_unknown_ones_name_the_known():
 def test_every_experiment_refuses_an_unknown_variant(name):
   with pytest.raises(ConfigError) as e:
     configs.load_experiment(f'{name}:smoke,fast')
-  known = 'smoke, context' if name in ('mlm_modern_base', 'mlm_modern_large') else 'smoke'
+  known = {'mlm_modern_base': 'smoke, context', 'mlm_modern_large': 'smoke, context',
+           'cram': 'smoke, electra'}.get(name, 'smoke')
   assert str(e.value) == f"unknown variant 'fast' for experiment {name} (known: {known})"
 
 
@@ -56,7 +57,8 @@ def pretraining_only_data_fields() -> set[str]:
 def test_fine_tuning_configs_carry_no_pretraining_data_fields():
   pretraining_only = pretraining_only_data_fields()
   assert {'corpus', 'mask_rate', 'nsp', 'dupe_factor'} <= pretraining_only
-  fine_tuning = [n for n in EXPERIMENTS if configs.load_experiment(n).task != 'pretraining']
+  fine_tuning = [n for n in EXPERIMENTS
+                 if configs.load_experiment(n).task not in config_schema.PRETRAINING_TASKS]
   assert {'classify_sst2', 'ner_conll2003', 'qa_squad'} <= set(fine_tuning)
   for name in fine_tuning:
     for spec in (name, f'{name}:smoke'):

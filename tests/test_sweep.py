@@ -236,7 +236,8 @@ def test_the_cram_sweeps_vary_one_choice_at_one_wall_clock():
   assert list(shapes) == ['2x128', '4x192', '4x256']
   assert 'model.hidden_size=192' in shapes['4x192'] and 'model.size=mini' in shapes['4x256']
   table5 = dict(grid.named_runs(parse_sweep('table5', config, module)))
-  assert list(table5) == ['mlm_nsp', 'mlm', 'causal']
+  assert list(table5) == ['mlm_nsp', 'mlm', 'causal', 'electra']
+  assert {'task=electra', 'data.mask_token_prob=0.85'} <= set(table5['electra'])
   assert {'data.nsp=true', 'data.packing=none'} <= set(table5['mlm_nsp'])
   # A user's --config.train.max_minutes=60 makes them hour-long arms.
   assert all(key != 'train.max_minutes' for key, _ in

@@ -27,6 +27,7 @@ from encoder.inference import text as text_lib
 from encoder.inference.fine_tuned import softmax
 from encoder.inference.plot import attention_figure
 from encoder.modules.config import checked, model_config
+from encoder.modules.electra import generator_config
 from encoder.modules.heads import MlmHead
 from encoder.modules.pooling import POOLINGS, pool
 from encoder.modules.transformer import Encoder
@@ -121,7 +122,12 @@ class Model:
     self._device_params = jax.device_put(params)
     self._forward = jax.jit(functools.partial(_forward, self._encoder),
                             static_argnames='return_probs')
-    self._mlm = jax.jit(functools.partial(_mlm_logits, self._encoder))
+    if 'mlm' not in params and 'generator_mlm' in params:  # ELECTRA: its generator fills masks
+      fraction = float((config.get('electra') or {}).get('generator_size') or 0.25)
+      generator = Encoder(generator_config(model_config, fraction))
+      self._mlm = jax.jit(functools.partial(_generator_logits, generator))
+    else:
+      self._mlm = jax.jit(functools.partial(_mlm_logits, self._encoder))
     self._task_forward = jax.jit(_task_forward, static_argnames='module')
 
   def __repr__(self) -> str:
@@ -212,7 +218,8 @@ class Model:
     return vectors
 
   def fill_mask(self, text: str | Sequence[str], top_k: int = 5):
-    """For each [MASK] in the text, the `top_k` (token, probability) from the tied MLM head.
+    """For each [MASK] in the text, the `top_k` (token, probability) from the tied MLM head
+    (an ELECTRA run's: its generator's; the discriminator `encode` runs has none).
 
     Tokens are vocabulary entries (WordPiece '##' continuations and SentencePiece '▁' word
     starts kept, so a prediction shows whether it starts a word). A list of texts gives a list
@@ -220,9 +227,10 @@ class Model:
     """
     if not isinstance(text, str):
       return [self.fill_mask(t, top_k) for t in text]
-    if 'mlm' not in self.params:
+    if 'mlm' not in self.params and 'generator_mlm' not in self.params:
       raise CheckpointError('this checkpoint has no MLM head (it was converted from a BertModel '
-                            'or fine-tuned): fill_mask needs a pretraining checkpoint')
+                            'or an ELECTRA discriminator without --generator, or fine-tuned): '
+                            'fill_mask needs a pretraining checkpoint')
     if text_lib.MASK not in text:
       raise DataError(f'the text has no {text_lib.MASK}: write [MASK] where a token should be '
                       'predicted')
@@ -300,6 +308,18 @@ def _forward(encoder, params, ids, seg, mask, *, return_probs: bool = False):
 def _task_forward(params, ids, seg, mask, *, module):
   return module.apply({'params': params}, {'input_ids': ids, 'segment_ids': seg,
                                            'input_mask': mask})
+
+
+def _generator_logits(generator, params, ids, seg, mask, positions):
+  """An ELECTRA run's generator's logits at `positions`: its encoder (reading the
+  discriminator's embeddings where it shares them) and MLM head, tied to those embeddings."""
+  own = params['generator']
+  if 'embeddings' not in own:
+    own = {**own, 'embeddings': params['encoder']['embeddings']}
+  sequence = generator.apply({'params': own}, ids, seg, mask).sequence_output
+  table = own['embeddings']['word_embeddings']['embedding']
+  return MlmHead(generator.config).apply({'params': params['generator_mlm']}, sequence, table,
+                                         positions)
 
 
 def _mlm_logits(encoder, params, ids, seg, mask, positions):

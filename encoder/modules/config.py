@@ -50,6 +50,9 @@ class ModelConfig:
   intermediate_size: int = BASE['intermediate_size']
   max_position_embeddings: int = BASE['max_position_embeddings']
   type_vocab_size: int = BASE['type_vocab_size']  # 0: no segment embeddings (ModernBERT)
+  # Factorized embeddings: tables this wide, projected to hidden_size (ELECTRA-Small's 128 for
+  # 256); 0: hidden_size, no projection (BERT).
+  embedding_size: int = BASE['embedding_size']
   attention: str = BASE['attention']
   attention_impl: str = 'explicit'  # never 'auto' here: `model_config` resolves it
   attention_block_size: int = 256  # the blockwise form's tile of keys (see attention.py)
@@ -106,7 +109,7 @@ class ModelConfig:
                         f'(hidden_size / num_heads = {self.head_dim})')
     if self.attention_block_size < 1:
       raise ConfigError(f'model.attention_block_size={self.attention_block_size} must be >= 1')
-    for name in ('local_window', 'global_every', 'type_vocab_size'):
+    for name in ('local_window', 'global_every', 'type_vocab_size', 'embedding_size'):
       if getattr(self, name) < 0:
         raise ConfigError(f'model.{name}={getattr(self, name)} must be >= 0')
     if self.local_window % 2:
@@ -116,6 +119,11 @@ class ModelConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
+
+  @property
+  def embedding_width(self) -> int:
+    """The embedding tables' width: `embedding_size`, or the hidden size when it is 0."""
+    return self.embedding_size or self.hidden_size
 
   def is_local(self, layer: int) -> bool:
     """Layer `layer` attends within the window (False: to the whole row)."""

@@ -1,5 +1,6 @@
 """Token embeddings, plus learned absolute positions and segments where the config has them,
-then LayerNorm (unless `embedding_norm` is off) and dropout."""
+then LayerNorm (unless `embedding_norm` is off) and dropout, all `embedding_width` wide (the
+encoder projects a factorized width up to its hidden size)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class Embeddings(nn.Module):
     cfg = self.config
 
     def embed(num, axes):
-      return nn.Embed(num, cfg.hidden_size, dtype=compute_dtype(cfg),
+      return nn.Embed(num, cfg.embedding_width, dtype=compute_dtype(cfg),
                       embedding_init=kernel_init(cfg, axes))
 
     self.word_embeddings = embed(cfg.vocab_size, ('vocab', 'embed'))
@@ -37,10 +38,19 @@ class Embeddings(nn.Module):
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
   def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,
-               positions: jax.Array | None = None, *, deterministic: bool = True) -> jax.Array:
-    """`positions`: per-token position ids (restarting per packed example); None: 0, 1, ..."""
+               positions: jax.Array | None = None, *, deterministic: bool = True,
+               word_delta: jax.Array | None = None) -> jax.Array:
+    """`positions`: per-token position ids (restarting per packed example); None: 0, 1, ...
+
+    `word_delta` ([vocab, width]): the word table read is `stop_gradient(table) + word_delta`,
+    DeBERTa-v3's gradient-disentangled sharing (He et al., 2021): a discriminator reads the
+    generator's table without moving it, and learns only its own difference from it."""
     cfg = self.config
-    x = self.word_embeddings(input_ids)
+    if word_delta is None:
+      x = self.word_embeddings(input_ids)
+    else:
+      table = jax.lax.stop_gradient(self.word_embeddings.embedding) + word_delta
+      x = jnp.take(table.astype(compute_dtype(cfg)), input_ids, axis=0)
     if cfg.position_embedding == 'learned':
       if positions is None:
         positions = jnp.arange(input_ids.shape[-1])[None, :]

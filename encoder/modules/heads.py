@@ -19,7 +19,9 @@ def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
 class MlmHead(nn.Module):
   """dense -> activation -> LayerNorm -> logits through the transposed word embeddings + bias.
 
-  There is no output matrix of its own: the decoder is the embedding table (tied weights).
+  There is no output matrix of its own: the decoder is the embedding table (tied weights), so
+  the dense maps to the table's width (`embedding_width`: the hidden size but for factorized
+  embeddings).
   Given `masked_positions`, only those positions are decoded, which saves the [seq, vocab]
   logits BERT never uses.
   """
@@ -31,19 +33,20 @@ class MlmHead(nn.Module):
     cfg = self.config
     if masked_positions is not None:
       sequence = gather_positions(sequence, masked_positions)
-    h = _transform(cfg, sequence)
+    h = _transform(cfg, sequence, cfg.embedding_width)
     bias = self.param('output_bias', zeros_init(('vocab',)), (cfg.vocab_size,), jnp.float32)
     dtype = compute_dtype(cfg)
     logits = matmul.matmul(h.astype(dtype), embedding_table.astype(dtype).T)
     return logits.astype(jnp.float32) + bias
 
 
-def _transform(cfg: ModelConfig, x: jax.Array) -> jax.Array:
-  """dense -> activation -> LayerNorm: the MLM head's, and (`classifier_head=mlp`) the one
-  ModernBERT puts before each classifier. Gated MLPs use GELU here, as ModernBERT does.
-  Called inside a compact `__call__`, so its layers belong to the calling head."""
+def _transform(cfg: ModelConfig, x: jax.Array, width: int | None = None) -> jax.Array:
+  """dense (to `width`, default the hidden size) -> activation -> LayerNorm: the MLM head's,
+  and (`classifier_head=mlp`) the one ModernBERT puts before each classifier. Gated MLPs use
+  GELU here, as ModernBERT does. Called inside a compact `__call__`, so its layers belong to
+  the calling head."""
   act = 'gelu' if cfg.activation in ('geglu', 'swiglu') else cfg.activation
-  h = activation(act, dense(cfg, cfg.hidden_size, ('embed', 'embed_out'), 'transform',
+  h = activation(act, dense(cfg, width or cfg.hidden_size, ('embed', 'embed_out'), 'transform',
                             role='out')(x))
   return layer_norm(cfg, 'transform_norm')(h)
 

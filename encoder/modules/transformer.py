@@ -94,6 +94,9 @@ class Encoder(nn.Module):
   def setup(self):
     cfg = self.config
     self.embeddings = Embeddings(cfg)
+    if cfg.embedding_width != cfg.hidden_size:  # factorized embeddings (ELECTRA): projected up
+      self.embedding_projection = dense(cfg, cfg.hidden_size, (None, 'embed'),
+                                        'embedding_projection')
     # model.remat: each block's activations recomputed in the backward pass, not kept (the
     # flags that shape the trace are static arguments: positions 4 and 5 with self at 0).
     block = nn.remat(EncoderBlock, static_argnums=(4, 5)) if cfg.remat else EncoderBlock
@@ -109,14 +112,18 @@ class Encoder(nn.Module):
                input_segmentation: jax.Array | None = None,
                input_positions: jax.Array | None = None,
                pool_positions: jax.Array | None = None, deterministic: bool = True,
-               return_probs: bool = False) -> EncoderOutput:
+               return_probs: bool = False, embedded: jax.Array | None = None,
+               word_delta: jax.Array | None = None) -> EncoderOutput:
     """`segment_ids` are BERT's sentence A/B ids. A packed row, several examples in one, also
     gives `input_segmentation` (each token's example id, 1, 2, ...; 0 = padding), whose
     examples attend only within themselves, and `input_positions` (positions restarting at
     each example's first token, for learned and rotary positions alike); without them a row
     is one example, positions 0, 1, ... `pool_positions` [b, e] pools each row's e packed
     examples (at their [CLS] tokens, or over their tokens under `pooling=mean`) instead of
-    the row as one."""
+    the row as one.
+
+    `embedded` ([b, s, embedding_width]) replaces this encoder's own embeddings: an ELECTRA
+    generator reads the discriminator's (`embed`); `word_delta` is passed to `Embeddings`."""
     cfg = self.config
     if cfg.position_embedding == 'learned' and input_ids.shape[-1] > cfg.max_position_embeddings:
       raise ValueError(f'sequence length {input_ids.shape[-1]} exceeds '
@@ -125,9 +132,12 @@ class Encoder(nn.Module):
       segment_ids = jnp.zeros_like(input_ids)
     if input_mask is None:
       input_mask = jnp.ones_like(input_ids)
-    x = nn.with_logical_constraint(
-        self.embeddings(input_ids, segment_ids, input_positions, deterministic=deterministic),
-        ACTIVATION)
+    if embedded is None:
+      embedded = self.embeddings(input_ids, segment_ids, input_positions,
+                                 deterministic=deterministic, word_delta=word_delta)
+    if cfg.embedding_width != cfg.hidden_size:
+      embedded = self.embedding_projection(embedded)
+    x = nn.with_logical_constraint(embedded, ACTIVATION)
     masks, ropes = self._layer_inputs(input_mask, input_segmentation, input_positions)
     all_probs = []
     for i, layer in enumerate(self.layers):
@@ -157,6 +167,14 @@ class Encoder(nn.Module):
                (('global', cfg.rope_theta), ('local', cfg.local_rope_theta))}
     return masks, ropes
 
+  def embed(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
+            positions: jax.Array | None = None, *, deterministic: bool = True) -> jax.Array:
+    """This encoder's embeddings of the ids ([b, s, embedding_width], before any projection):
+    what a model sharing them (ELECTRA's generator) reads as `embedded`."""
+    if segment_ids is None:
+      segment_ids = jnp.zeros_like(input_ids)
+    return self.embeddings(input_ids, segment_ids, positions, deterministic=deterministic)
+
   def word_embedding_table(self) -> jax.Array:
-    """The [vocab, hidden] matrix the MLM head decodes through (weight tying)."""
+    """The [vocab, embedding_width] matrix the MLM head decodes through (weight tying)."""
     return self.embeddings.word_embeddings.embedding

@@ -12,7 +12,7 @@ from encoder import config_schema, storage
 from encoder.sweep.status import last_step, read_status
 from encoder.train.metric_writer import read_metrics
 
-MAIN_METRIC = {'pretraining': 'mlm_accuracy'}
+MAIN_METRIC = {'pretraining': 'mlm_accuracy', 'electra': 'disc_accuracy'}
 SUITES_DIR = 'suites'  # where --eval_suite writes its suites on a sweep folder
 
 

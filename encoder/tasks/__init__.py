@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from encoder.errors import ConfigError
 
-TASKS = {'pretraining': 'encoder.tasks.pretraining',
+TASKS = {'pretraining': 'encoder.tasks.pretraining', 'electra': 'encoder.tasks.electra',
          'classification': 'encoder.tasks.classification',
          'tagging': 'encoder.tasks.tagging',
          'span_qa': 'encoder.tasks.span_qa', 'contrastive': 'encoder.tasks.contrastive'}

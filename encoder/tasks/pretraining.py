@@ -115,7 +115,7 @@ def loss_and_metrics(outputs: dict, batch: dict,
                                                              batch['masked_ids'])
   mlm_loss_sum = (mlm_xent * weights).sum()
   loss = mlm_loss_sum / jnp.maximum(denominators['mlm'], 1.0)
-  mlm_correct = _is_top(outputs['mlm_logits'], batch['masked_ids']) * weights
+  mlm_correct = is_top(outputs['mlm_logits'], batch['masked_ids']) * weights
   sums = {'mlm_loss': mlm_loss_sum, 'mlm_accuracy': mlm_correct.sum(), 'mlm_count': weights.sum(),
           'seq_count': jnp.asarray(batch['input_ids'].shape[0], jnp.float32)}
   if 'nsp_logits' in outputs:
@@ -128,7 +128,7 @@ def loss_and_metrics(outputs: dict, batch: dict,
   return loss, sums
 
 
-def _is_top(logits: jax.Array, labels: jax.Array) -> jax.Array:
+def is_top(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """Whether the label's logit is the largest: argmax == label but for exact ties.
 
   An argmax over the vocabulary is a variadic (value, index) reduction that XLA:CPU runs

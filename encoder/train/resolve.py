@@ -99,7 +99,8 @@ def origin_fields(config) -> dict[str, Any]:
   fields = {f'model.{key}': saved[key] for key in ARCHITECTURE_FIELDS
             if saved[key] is not None and config.model[key] != saved[key]
             and not ((keep_set or key in HEAD_FIELDS) and config.model[key] is not None)}
-  if config.init_from and config.model.pooling is None and config.task != 'pretraining':
+  if (config.init_from and config.model.pooling is None
+      and config.task not in config_schema.PRETRAINING_TASKS):
     fields['model.pooling'] = config_schema.head_pooling(saved_config)  # the head's reading
   # How the origin makes sentence vectors (an imported sentence-transformers model's pooling,
   # normalisation, length), unless this config sets a value of its own.
@@ -125,7 +126,7 @@ def check(config) -> None:
   xla_cache.run_cache_dir(config.train.compile_cache)
   time_budget.check(config.train)
   prng.check(config.train)
-  if config.task == 'pretraining':
+  if config.task in config_schema.PRETRAINING_TASKS:
     _check_pretraining(config)
   else:
     _check_finetuning(config)

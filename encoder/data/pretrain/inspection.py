@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from encoder import config_schema
 from encoder.data import cache
 from encoder.data.pretrain.pretraining_data import build_pretraining_data
 from encoder.errors import ConfigError
@@ -50,7 +51,7 @@ def format_example(batch: dict[str, np.ndarray], i: int, tokenizer, nsp: bool = 
 
 def inspect_data(config, workdir: str, n: int) -> None:
   """Prints `n` decoded training examples and saves one global batch to WORKDIR/data_sample.npz."""
-  if config.task != 'pretraining':  # a fine-tuning config has no corpus or masking fields
+  if config.task not in config_schema.PRETRAINING_TASKS:  # a fine-tuning config: no corpus
     raise ConfigError('--inspect_data shows pretraining examples (masks, NSP); '
                       f'{config.experiment} is a {config.task} experiment')
   data = build_pretraining_data(config, workdir)
