@@ -36,6 +36,10 @@ def suite_config() -> config_dict.ConfigDict:
   # (Turc et al.'s small BERTs: 4 epochs, lr 1e-4), or auto: compact below BERT-base's width.
   s.recipe = 'auto'
   s.lr_grid = False  # the recipe's learning-rate grid (best median on dev), else its one rate
+  # With lr_grid: the grid runs this many seeds per rate, the rate whose median dev score is
+  # best is chosen, and the other seeds run at it alone (about half the runs of the whole grid
+  # at 3 seeds, 4 rates); 0: every seed at every rate, chosen by the medians of all seeds.
+  s.grid_seeds = 0
   # An NLI training file (GLUE's MNLI/train.tsv, or JSONL premise/hypothesis/label): the tasks
   # of intermediate_tasks fine-tune from each arm first fine-tuned on it (as RoBERTa does for
   # RTE, MRPC and STS-B; intermediate.py). '': from the arm itself.
@@ -73,6 +77,9 @@ def build(overrides: list[str]) -> config_dict.ConfigDict:
     raise ConfigError(f"suite.dev_set={config.suite.dev_set!r}: expected one of "
                       f"{', '.join(DEV_SETS)}")
   recipe_name(config.suite.recipe, 0)  # an unknown recipe fails here
+  if config.suite.grid_seeds < 0:
+    raise ConfigError(f'suite.grid_seeds={config.suite.grid_seeds} must be >= 0 (0: every seed '
+                      'at every rate)')
   train_caps(config.suite)  # a mistyped per-task cap fails before any run starts
   intermediate_tasks(config.suite)
   return config

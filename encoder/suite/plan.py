@@ -61,15 +61,29 @@ def learning_rates(recipe: Recipe, grid: bool) -> tuple[float, ...]:
   return recipe.lr_grid if grid else (recipe.learning_rate,)
 
 
+def grid_seeds(suite) -> int:
+  """The seeds each rate of the grid runs before one is chosen (`suite.grid_seeds`); every seed
+  where that is 0, not below the seeds, or there is no grid."""
+  seeds, first = int(suite.seeds), int(suite.get('grid_seeds', 0))
+  return first if suite.lr_grid and 0 < first < seeds else seeds
+
+
 def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
               user_overrides: list[str], suite_dir: str,
-              start_points: dict[tuple[str, str], str] | None = None) -> list[RunSpec]:
+              start_points: dict[tuple[str, str], str] | None = None,
+              chosen: dict[tuple[str, str], float] | None = None) -> list[RunSpec]:
   """Every run of the suite, in the order they run: task by task, so a task's arms and seeds
   finish together and the table fills row by row. `start_points` maps (arm, task) to the run
-  its runs start from instead of the arm's checkpoint (intermediate.py)."""
+  its runs start from instead of the arm's checkpoint (intermediate.py).
+
+  With `suite.grid_seeds`, the grid's runs are its first seeds only; given the rate `chosen`
+  for each (arm, task) from those (results.chosen_rates), the runs are the remaining seeds at
+  that rate."""
   start_points = start_points or {}
   runs = []
   grid = bool(suite.lr_grid)
+  first = grid_seeds(suite)
+  seeds = range(first) if chosen is None else range(first, int(suite.seeds))
   for task, data in tasks:
     base = configs.load_experiment(task.experiment)
     recipes = {arm.name: recipe_for(task, suite.recipe, arm.hidden_size) for arm in arms}
@@ -78,7 +92,9 @@ def plan_runs(arms: list[Arm], tasks: list[tuple[SuiteTask, TaskData]], suite,
       for arm in arms:
         if lr not in learning_rates(recipes[arm.name], grid):
           continue  # the arms' recipes differ (a sweep over widths): each runs its own rates
-        for seed in range(int(suite.seeds)):
+        if chosen is not None and chosen.get((arm.name, task.name)) != lr:
+          continue
+        for seed in seeds:
           start = start_points.get((arm.name, task.name))
           own = arm.overrides if start is None else tuple(
               f'init_from={start}' if o.startswith('init_from=') else o for o in arm.overrides)

@@ -61,14 +61,27 @@ def collect(runs: list[RunSpec]) -> dict:
   return grouped
 
 
-def task_result(task: str, by_lr: dict) -> dict:
-  """One (arm, task): the chosen learning rate's seeds, every metric's spread, failures."""
+def grid_choice(task: str, by_lr: dict, grid_seeds: int = 0) -> tuple[float, dict]:
+  """(the learning rate with the best median score, each rate's median or None): over the
+  seeds below `grid_seeds` where the grid ran only those at every rate (0: every seed)."""
   choices = {}
   for lr, records in by_lr.items():
     scores = [s for r in records if r.get('status') == 'done'
+              and (not grid_seeds or int(r.get('seed') or 0) < grid_seeds)
               and (s := task_score(task, r.get('metrics', {}))) is not None]
     choices[lr] = statistics.median(scores) if scores else None
-  best = max(choices, key=lambda lr: -1e9 if choices[lr] is None else choices[lr])
+  return max(choices, key=lambda lr: -1e9 if choices[lr] is None else choices[lr]), choices
+
+
+def chosen_rates(runs: list[RunSpec], grid_seeds: int) -> dict[tuple[str, str], float]:
+  """{(arm, task): the rate its remaining seeds run at}, from the grid's finished runs."""
+  return {(arm, task): grid_choice(task, by_lr, grid_seeds)[0]
+          for arm, tasks in collect(runs).items() for task, by_lr in tasks.items()}
+
+
+def task_result(task: str, by_lr: dict, grid_seeds: int = 0) -> dict:
+  """One (arm, task): the chosen learning rate's seeds, every metric's spread, failures."""
+  best, choices = grid_choice(task, by_lr, grid_seeds)
   records = by_lr[best]
   done = [r for r in records if r.get('status') == 'done']
   # As run: a user's override of the rate beats the recipe's (the grid's key).
@@ -102,13 +115,14 @@ def task_result(task: str, by_lr: dict) -> dict:
 
 
 def summarise(runs: list[RunSpec], missing: dict[str, str], meta: dict,
-              arm_clocks: dict[str, dict]) -> dict:
-  """The whole of suite.json; `arm_clocks` gives an arm its pretraining step and minutes."""
+              arm_clocks: dict[str, dict], grid_seeds: int = 0) -> dict:
+  """The whole of suite.json; `arm_clocks` gives an arm its pretraining step and minutes;
+  `grid_seeds`: the seeds each rate of the grid ran before one was chosen (0: all)."""
   arms, grouped = {}, collect(runs)
   every = [r for tasks in grouped.values() for by_lr in tasks.values()
            for records in by_lr.values() for r in records]
   for arm, tasks in grouped.items():
-    results = {task: task_result(task, by_lr) for task, by_lr in tasks.items()}
+    results = {task: task_result(task, by_lr, grid_seeds) for task, by_lr in tasks.items()}
     medians = {t: r['score']['median'] for t, r in results.items()}
     glue = [m for t, m in medians.items() if t in GLUE]
     arms[arm] = {'step': None, 'minutes': None, **arm_clocks.get(arm, {}), 'tasks': results,

@@ -73,10 +73,13 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   intermediate_runs, start_points = intermediate.plan(arms, names, suite, user_overrides,
                                                       suite_dir)
   runs = plan.plan_runs(arms, present, suite, user_overrides, suite_dir, start_points)
+  first = plan.grid_seeds(suite)  # below suite.seeds: the grid runs these, then the rest
   if dry_run:
     for spec in [*intermediate_runs, *runs]:
       print(f"{spec.workdir}  --exp {spec.experiment} "
             + ' '.join(f'--config.{o}' for o in spec.overrides))
+    if first < int(suite.seeds):
+      print(f'then seeds {first}..{int(suite.seeds) - 1} of each task at the rate chosen')
     return {}
   refuse_stale_runs([*intermediate_runs, *runs], suite_dir)
   meta = {'suite': name, 'init_from': settings.init_from, 'seeds': int(suite.seeds),
@@ -90,7 +93,8 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
   def write_report() -> dict:
     if intermediate_runs:
       meta['intermediate'] = intermediate.describe(intermediate_runs, suite, names)
-    summary = results.summarise(runs, missing, meta, clocks)
+    summary = results.summarise(runs, missing, meta, clocks,
+                                0 if first == int(suite.seeds) else first)
     suite_report.write(suite_dir, summary)
     return summary
 
@@ -108,6 +112,12 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       waiting = intermediate.waiting(intermediate_runs, runs, start_points)
       complete = run_all([r for r in runs if r.name not in waiting], parallel,
                          bool(suite.keep_weights), write_report)
+    if complete and first < int(suite.seeds):  # the grid's first seeds chose each task's rate
+      more = plan.plan_runs(arms, present, suite, user_overrides, suite_dir, start_points,
+                            chosen=results.chosen_rates(runs, first))
+      refuse_stale_runs(more, suite_dir)
+      runs += more
+      complete = run_all(more, parallel, bool(suite.keep_weights), write_report)
   summary = write_report()
   sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
   if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns

@@ -68,11 +68,14 @@ def markdown(summary: dict) -> str:
   header = ['arm', *(TASKS[t].label for t in tasks), 'GLUE avg', 'avg']
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for arm, a in summary['arms'].items():
-    cells = [_cell(a['tasks'].get(t, {}).get('score'))
+    cells = [_cell(a['tasks'].get(t, {}).get('score')) + _grid_rate(a['tasks'].get(t, {}))
              + (' †' if a['tasks'].get(t, {}).get('did_not_learn') else '') for t in tasks]
     name = arm if a.get('minutes') is None else f"{arm} ({a['minutes']:.1f} min)"
     lines.append('| ' + ' | '.join([name, *cells, _pct(a['glue_average']),
                                     _pct(a['average'])]) + ' |')
+  if any(t.get('grid_medians') for a in summary['arms'].values() for t in a['tasks'].values()):
+    lines += ['', 'lr X: the learning rate each task ran at, chosen from the grid by the best '
+              'median dev score (each rate\'s median: `grid_medians` in suite.json).']
   lines += ['', 'Every metric, every seed:', '',
             '| arm | task | metric | lr | steps x batch | seeds | median | min | max |',
             '|' + '---|' * 9]
@@ -123,6 +126,13 @@ def _intermediate_text(intermediate: dict) -> str:
   return (f"Intermediate fine-tuning, as RoBERTa's: {', '.join(intermediate['tasks'])} start "
           f"from each arm but scratch first fine-tuned on NLI (`{intermediate['file']}`; one "
           'run, seed 0): ' + '; '.join(arms) + '.')
+
+
+def _grid_rate(result: dict) -> str:
+  """' lr 3e-4' where the task's rate was chosen from a grid, else ''."""
+  if not result.get('grid_medians') or result.get('learning_rate') is None:
+    return ''
+  return f" lr {result['learning_rate']:g}"
 
 
 def _steps(budget: dict | None) -> str:

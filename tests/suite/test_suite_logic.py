@@ -437,3 +437,36 @@ def test_arms_of_different_widths_each_run_their_own_recipes_grid(tmp_path, fake
   assert set(wide['grid_medians']) == {'5e-05', '4e-05', '3e-05', '2e-05'}
   best = max(narrow['grid_medians'], key=narrow['grid_medians'].get)
   assert narrow['learning_rate'] == float(best)
+
+
+def test_a_grid_of_one_seed_chooses_each_tasks_rate_and_runs_the_other_seeds_at_it(
+    tmp_path, fake_trainer):
+  """suite.grid_seeds=1: every rate at seed 0, then seeds 1 and 2 at the rate whose seed 0
+  scored best, chosen per arm and task; the table names the rate each task ran at."""
+  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
+  summary = run_suite('glue', [f'init_from={fake_run(tmp_path / "run")}',
+                               f'suite.data_dir={data_dir}', 'suite.seeds=3',
+                               'suite.lr_grid=true', 'suite.grid_seeds=1', *BUDGET],
+                      str(tmp_path / 'suite'))
+  grid = ('0.0003', '0.0001', '5e-05', '3e-05')
+  for arm in ('pretrained', 'scratch'):
+    firsts = {lr: fake_metric(str(tmp_path / 'suite' / arm / f'sst2-lr{lr:g}-seed0'))
+              for lr in (3e-4, 1e-4, 5e-5, 3e-5)}
+    best = max(firsts, key=firsts.get)
+    ran = sorted(c.split('/')[1] for c in fake_trainer.calls if c.startswith(arm + '/'))
+    assert ran == sorted([f'sst2-lr{lr}-seed0' for lr in grid]
+                         + [f'sst2-lr{best:g}-seed{s}' for s in (1, 2)])
+    result = summary['arms'][arm]['tasks']['sst2']
+    assert result['learning_rate'] == best and len(result['score']['seeds']) == 3
+    assert result['grid_medians'] == {f'{lr:g}': m for lr, m in firsts.items()}
+  # The seed-0 runs of every rate come first, the chosen rate's other seeds after them all.
+  assert [c.endswith('seed0') for c in fake_trainer.calls] == [True] * 8 + [False] * 4
+  md = (tmp_path / 'suite' / 'suite.md').read_text()
+  best = summary['arms']['pretrained']['tasks']['sst2']['learning_rate']
+  row = md.split('\n| pretrained |')[1].split('\n')[0]
+  assert f' lr {best:g}' in row and 'lr X: the learning rate each task ran at' in md
+  fake_trainer.calls.clear()  # a rerun finds every run done and repeats the choice
+  run_suite('glue', [f'init_from={tmp_path / "run"}', f'suite.data_dir={data_dir}',
+                     'suite.seeds=3', 'suite.lr_grid=true', 'suite.grid_seeds=1', *BUDGET],
+            str(tmp_path / 'suite'))
+  assert fake_trainer.calls == []
