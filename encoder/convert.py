@@ -31,14 +31,14 @@ import sys
 
 import numpy as np
 
-from encoder import config_schema, configs, orbax_s3, storage
+from encoder import configs, orbax_s3, storage
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf import bert, heads, modernbert, sentence_transformers
+from encoder.hf import bert, electra, heads, modernbert, sentence_transformers
 from encoder.hf.family import Family, read_json
 
 # In the order they are asked: the first that recognises a config.json (from_hf), or that
 # writes our model (to_hf), converts it.
-FAMILIES: tuple[Family, ...] = (bert.FAMILY, modernbert.FAMILY)
+FAMILIES: tuple[Family, ...] = (electra.FAMILY, bert.FAMILY, modernbert.FAMILY)
 
 
 def _listed(names) -> str:
@@ -158,9 +158,9 @@ def _check_out(out: str) -> None:
     raise CheckpointError(f"'{out}' already exists and is not empty: choose a new --out")
 
 
-def from_hf(hf_dir: str, workdir: str) -> list[str]:
-  """Converts a Hugging Face directory of a known family into a workdir; returns notes for the
-  user."""
+def from_hf(hf_dir: str, workdir: str, generator: str = '') -> list[str]:
+  """Converts a Hugging Face directory of a known family into a workdir (with `generator`, the
+  directory of the ELECTRA generator that trained it); returns notes for the user."""
   storage.check_bucket(hf_dir)
   storage.check_checkpoint_location(workdir)
   workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
@@ -181,6 +181,9 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
     raise CheckpointError(f'the tokenizer has {tokenizer.vocab_size} tokens but the model only '
                           f"{fields['vocab_size']} embeddings")
   params, absent = _convert_weights(family, read_safetensors(hf_dir), fields, task, num_labels)
+  if generator:
+    params.update(family.generator_params(read_json(os.path.join(generator, 'config.json')),
+                                          read_safetensors(generator), params, fields))
   notes = []
   if 'pooler' in absent:
     params['encoder']['pooler'] = _fresh_pooler(fields)
@@ -189,7 +192,7 @@ def from_hf(hf_dir: str, workdir: str) -> list[str]:
     config = heads.run_config(task, names, fields['max_position_embeddings'])
     notes.append(_head_note(hf, task, names))
   else:
-    config = config_schema.pretraining_config('from_hf')
+    config = family.pretraining_config(params)
     notes += _pretraining_notes(hf, family, absent)
   config.model.update(fields)
   config.data.tokenizer = os.path.join(storage.abspath(workdir), 'tokenizer')
@@ -254,7 +257,7 @@ def to_hf(path: str, out: str) -> list[str]:
   saved = model.config['model']
   cfg = dataclasses.replace(model.model_config, dropout_rate=saved['dropout_rate'],
                             attention_dropout_rate=saved['attention_dropout_rate'])
-  family = next((f for f in FAMILIES if f.writes(cfg)), None)
+  family = next((f for f in FAMILIES if f.writes(cfg, model.config['task'])), None)
   if family is None:
     raise CheckpointError(f'no Hugging Face family ({_listed(f.name for f in FAMILIES)}) '
                           'writes this architecture: this model does not convert')
@@ -300,11 +303,16 @@ def main(argv: list[str] | None = None) -> int:
   direction.add_argument('--from-hf', metavar='DIR', help='a Hugging Face '
                          f'{_listed(f.name for f in FAMILIES)} directory')
   direction.add_argument('--to-hf', metavar='WORKDIR', help='our workdir or checkpoint step')
+  parser.add_argument('--generator', metavar='DIR', default='', help='with --from-hf of an '
+                      'ELECTRA discriminator: its generator (ElectraForMaskedLM), for fill_mask')
   parser.add_argument('--out', required=True, help='the directory to create')
   args = parser.parse_args(argv)
+  if args.generator and not args.from_hf:
+    parser.error('--generator goes with --from-hf DIR (a local ELECTRA discriminator)')
   try:
     if args.from_hf:
-      notes = from_hf(os.path.expanduser(args.from_hf), os.path.expanduser(args.out))
+      notes = from_hf(os.path.expanduser(args.from_hf), os.path.expanduser(args.out),
+                      os.path.expanduser(args.generator))
     else:
       notes = to_hf(os.path.expanduser(args.to_hf), os.path.expanduser(args.out))
   except EncoderError as e:

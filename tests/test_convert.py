@@ -198,7 +198,7 @@ def _hf_dir_with(tmp_path, **changes) -> str:
 
 
 @pytest.mark.parametrize('changes, message', [
-    ({'model_type': 'roberta'}, "model_type 'roberta' is not BERT"),
+    ({'model_type': 'roberta'}, "model_type 'roberta' is not ELECTRA, BERT"),
     ({'position_embedding_type': 'relative_key'}, "position_embedding_type 'relative_key'"),
     ({'is_decoder': True}, 'decoder BERT'),
     ({'hidden_act': 'relu'}, "hidden_act 'relu' is not supported"),
@@ -270,8 +270,9 @@ def test_each_config_json_goes_to_its_family():
   with pytest.raises(CheckpointError) as e:
     driver.family_of({'model_type': 'gpt2'})
   assert str(e.value) == (
-      "model_type 'gpt2' is not BERT or ModernBERT: only those checkpoints convert (BertModel, "
-      'BertForMaskedLM, BertForPreTraining, ModernBertModel, ModernBertForMaskedLM)')
+      "model_type 'gpt2' is not ELECTRA, BERT or ModernBERT: only those checkpoints convert "
+      '(ElectraModel, ElectraForPreTraining, BertModel, BertForMaskedLM, BertForPreTraining, '
+      'ModernBertModel, ModernBertForMaskedLM)')
 
 
 class ToyBert(bert.Bert):
@@ -283,7 +284,7 @@ class ToyBert(bert.Bert):
   def recognises(self, hf: dict) -> bool:
     return hf.get('model_type') == 'toy'
 
-  def writes(self, cfg) -> bool:
+  def writes(self, cfg, task=None) -> bool:
     return True
 
   def hf_config(self, cfg, tokenizer, architecture: str) -> dict:
@@ -294,10 +295,11 @@ def test_a_family_in_the_registry_converts_both_ways(tmp_path, monkeypatch):
   """Adding a family is its class and one entry of FAMILIES: the driver converts it both ways
   without naming it anywhere else."""
   toy_dir = _hf_dir_with(tmp_path, model_type='toy')
-  with pytest.raises(CheckpointError, match="model_type 'toy' is not BERT or ModernBERT"):
+  with pytest.raises(CheckpointError, match="model_type 'toy' is not ELECTRA, BERT or ModernBERT"):
     driver.from_hf(toy_dir, str(tmp_path / 'refused'))
   monkeypatch.setattr(driver, 'FAMILIES', (ToyBert(), *driver.FAMILIES))
-  with pytest.raises(CheckpointError, match=r'is not ToyBERT, BERT or ModernBERT: .*\(ToyModel, '):
+  with pytest.raises(CheckpointError,
+                     match=r'is not ToyBERT, ELECTRA, BERT or ModernBERT: .*\(ToyModel, '):
     driver.family_of({'model_type': 'gpt2'})
   driver.from_hf(toy_dir, str(tmp_path / 'work'))
   driver.to_hf(str(tmp_path / 'work'), str(tmp_path / 'hf'))

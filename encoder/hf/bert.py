@@ -53,13 +53,13 @@ _HEAD_LINEAR = {'classification': 'classifier', 'tagging': 'classifier', 'span_q
 HEAD_ARCHITECTURES = heads.architectures('Bert')
 
 
-def _task_entries(task: str) -> list[tuple[str, str, str]]:
+def task_entries(task: str) -> list[tuple[str, str, str]]:
   group, linear = heads.GROUPS[task], _HEAD_LINEAR[task]
   return [(f'{group}/dense/kernel', f'{linear}.weight', 'dense'),
           (f'{group}/dense/bias', f'{linear}.bias', 'vector')]
 
 
-def _layer_entries(i: int) -> list[tuple[str, str, str]]:
+def layer_entries(i: int) -> list[tuple[str, str, str]]:
   ours, hf = f'encoder/layer_{i}', f'encoder.layer.{i}'
   entries = []
   for name in ('query', 'key', 'value'):
@@ -79,12 +79,12 @@ def _layer_entries(i: int) -> list[tuple[str, str, str]]:
   ]
 
 
-def _encoder_entries(num_layers: int) -> list[tuple[str, str, str]]:
+def encoder_entries(num_layers: int) -> list[tuple[str, str, str]]:
   """Every encoder parameter except the pooler, which BertForMaskedLM lacks."""
-  return _EMBEDDINGS + [e for i in range(num_layers) for e in _layer_entries(i)]
+  return _EMBEDDINGS + [e for i in range(num_layers) for e in layer_entries(i)]
 
 
-def _to_ours(array: np.ndarray, kind: str, num_heads: int) -> np.ndarray:
+def to_ours(array: np.ndarray, kind: str, num_heads: int) -> np.ndarray:
   if kind in ('dense', 'qkv', 'out'):
     array = array.T
   if kind == 'qkv':  # [hidden, heads * head_dim] -> [hidden, heads, head_dim]
@@ -96,7 +96,7 @@ def _to_ours(array: np.ndarray, kind: str, num_heads: int) -> np.ndarray:
   return array
 
 
-def _to_hf(array: np.ndarray, kind: str) -> np.ndarray:
+def to_hf(array: np.ndarray, kind: str) -> np.ndarray:
   if kind == 'qkv':
     array = array.reshape(array.shape[0], -1)
   elif kind == 'qkv_bias':
@@ -177,10 +177,10 @@ class Bert(Family):
       raise CheckpointError('the safetensors file has no embeddings.word_embeddings.weight: it '
                             'is not a BERT checkpoint')
     params, absent = {}, []
-    groups = [('encoder', _encoder_entries(fields['num_layers']), prefix),
+    groups = [('encoder', encoder_entries(fields['num_layers']), prefix),
               ('pooler', _POOLER, prefix), ('mlm', _MLM, ''), ('nsp_head', _NSP, '')]
     if task:
-      groups.append((task, _task_entries(task), ''))
+      groups.append((task, task_entries(task), ''))
     for group, entries, group_prefix in groups:
       names = [group_prefix + hf for _, hf, _ in entries]
       if group == 'mlm' and 'cls.predictions.bias' not in tensors:
@@ -196,7 +196,7 @@ class Bert(Family):
         absent.append(group)
         continue
       for (ours, _, kind), name in zip(entries, names, strict=True):
-        value = _to_ours(np.asarray(tensors[name], np.float32), kind, num_heads)
+        value = to_ours(np.asarray(tensors[name], np.float32), kind, num_heads)
         nested_set(params, ours.split('/'), value)
     return params, absent
 
@@ -206,26 +206,16 @@ class Bert(Family):
     return {'lower_case': tokenizer.lower_case,
             'nsp': 'nsp_head' in params or 'mlm' not in params}
 
-  def writes(self, cfg) -> bool:
+  def writes(self, cfg, task: str | None = None) -> bool:
     return cfg.position_embedding != 'rope'
 
   def refusal(self, cfg, task: str | None = None) -> str | None:
     """Besides the encoder: the tanh pooler where a head reads it (pretraining's NSP,
     SequenceClassification, which pools the [CLS] token), and a head of one dense layer."""
     pools = task in (None, 'classification')
-    for bad, why in ((cfg.norm == 'pre', 'pre-LN (model.norm=pre)'),
-                     (cfg.activation in ('geglu', 'swiglu'),
-                      f'a gated MLP (model.activation={cfg.activation})'),
-                     (cfg.attention == 'causal', 'causal attention'),
-                     (cfg.position_embedding != 'learned',
-                      f'model.position_embedding={cfg.position_embedding}'),
-                     (cfg.local_window > 0 and any(cfg.is_local(i)
-                                                   for i in range(cfg.num_layers)),
-                      'local attention (model.local_window)'),
-                     (not cfg.use_bias, 'bias-free layers (model.use_bias=false)'),
-                     (not cfg.embedding_norm, 'no embedding norm (model.embedding_norm=false)'),
-                     (cfg.type_vocab_size == 0,
-                      'no segment embeddings (model.type_vocab_size=0)'),
+    for bad, why in ((True, encoder_refusal(cfg)),
+                     (cfg.embedding_width != cfg.hidden_size,
+                      f'factorized embeddings (model.embedding_size={cfg.embedding_size})'),
                      (pools and cfg.pooler != 'tanh', f'model.pooler={cfg.pooler}'),
                      (task == 'classification' and cfg.pooling != 'cls',
                       f"model.pooling={cfg.pooling} (BertForSequenceClassification reads the "
@@ -234,7 +224,7 @@ class Bert(Family):
                      (task is not None and cfg.classifier_head != 'linear',
                       f'model.classifier_head={cfg.classifier_head} (its heads are one '
                       'Linear)')):
-      if bad:
+      if bad and why:
         return why
     return None
 
@@ -254,17 +244,17 @@ class Bert(Family):
     architecture = ('BertForPreTraining' if has_mlm and has_nsp else
                     'BertForMaskedLM' if has_mlm else 'BertModel')
     prefix = '' if architecture == 'BertModel' else 'bert.'
-    entries = [(o, prefix + h, k) for o, h, k in _encoder_entries(cfg.num_layers) + _POOLER]
+    entries = [(o, prefix + h, k) for o, h, k in encoder_entries(cfg.num_layers) + _POOLER]
     if has_mlm:
       entries += _MLM
     if has_nsp and architecture == 'BertForPreTraining':
       entries += _NSP
-    return _tensors(params, entries), architecture
+    return tensors_of(params, entries), architecture
 
   def _head_to_hf(self, params: dict, cfg, task: str) -> dict[str, np.ndarray]:
     """The encoder under 'bert.' (with the pooler only where the class has one) and the head."""
-    encoder = _encoder_entries(cfg.num_layers) + (_POOLER if task == 'classification' else [])
-    return _tensors(params, [(o, 'bert.' + h, k) for o, h, k in encoder] + _task_entries(task))
+    encoder = encoder_entries(cfg.num_layers) + (_POOLER if task == 'classification' else [])
+    return tensors_of(params, [(o, 'bert.' + h, k) for o, h, k in encoder] + task_entries(task))
 
   def hf_config(self, cfg, tokenizer, architecture: str) -> dict:
 
@@ -281,13 +271,32 @@ class Bert(Family):
         'position_embedding_type': 'absolute', 'tie_word_embeddings': True}
 
 
-def _tensors(params: dict, entries: list[tuple[str, str, str]]) -> dict[str, np.ndarray]:
+def encoder_refusal(cfg) -> str | None:
+  """What of our encoder `cfg` BERT's layers cannot express (its embeddings' width and the
+  heads aside: ELECTRA's layers are BERT's over factorized embeddings), or None."""
+  for bad, why in ((cfg.norm == 'pre', 'pre-LN (model.norm=pre)'),
+                   (cfg.activation in ('geglu', 'swiglu'),
+                    f'a gated MLP (model.activation={cfg.activation})'),
+                   (cfg.attention == 'causal', 'causal attention'),
+                   (cfg.position_embedding != 'learned',
+                    f'model.position_embedding={cfg.position_embedding}'),
+                   (cfg.local_window > 0 and any(cfg.is_local(i) for i in range(cfg.num_layers)),
+                    'local attention (model.local_window)'),
+                   (not cfg.use_bias, 'bias-free layers (model.use_bias=false)'),
+                   (not cfg.embedding_norm, 'no embedding norm (model.embedding_norm=false)'),
+                   (cfg.type_vocab_size == 0, 'no segment embeddings (model.type_vocab_size=0)')):
+    if bad:
+      return why
+  return None
+
+
+def tensors_of(params: dict, entries: list[tuple[str, str, str]]) -> dict[str, np.ndarray]:
   tensors = {}
   for ours, name, kind in entries:
     value = nested_get(params, ours.split('/'))
     if value is None:
       raise CheckpointError(f"the checkpoint lacks '{ours}': it is not a complete BERT model")
-    tensors[name] = _to_hf(np.asarray(value), kind)
+    tensors[name] = to_hf(np.asarray(value), kind)
   return tensors
 
 

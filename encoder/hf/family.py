@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from encoder import storage
+from encoder import config_schema, storage
 from encoder.data.tokenizer import JsonTokenizer, WordPieceTokenizer
 from encoder.errors import CheckpointError
 
@@ -90,12 +90,26 @@ class Family(abc.ABC):
   def data_fields(self, params: dict, tokenizer: Tokenizer) -> dict:
     """`config.data` fields that continued pretraining of the converted model uses."""
 
+  def pretraining_config(self, params: dict):
+    """The config a converted model without a fine-tuned head gets (its model and data fields
+    are set after): the schema's pretraining config; a family whose models pretrain otherwise
+    (ELECTRA) gives its own."""
+    return config_schema.pretraining_config('from_hf')
+
+  def generator_params(self, hf: dict, tensors: dict[str, np.ndarray], params: dict,
+                       fields: dict) -> dict:
+    """The parameter groups of a generator (`convert --generator DIR`: its config.json `hf`
+    and its tensors) for the discriminator converted as `params` from `fields`; only a family
+    that trains one (ELECTRA) has it."""
+    raise CheckpointError(f'--generator: {self.name} models have no generator (ELECTRA '
+                          'discriminators do)')
+
   # Ours -> Hugging Face.
 
   @abc.abstractmethod
-  def writes(self, cfg: ModelConfig) -> bool:
-    """Whether our model `cfg` is exported as this family (the rest of its fields may still be
-    refused by `refusal`)."""
+  def writes(self, cfg: ModelConfig, task: str | None = None) -> bool:
+    """Whether our model `cfg`, of a run of `task` (config.json's), is exported as this family
+    (the rest of its fields may still be refused by `refusal`)."""
 
   @abc.abstractmethod
   def refusal(self, cfg: ModelConfig, task: str | None = None) -> str | None:

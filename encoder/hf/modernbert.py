@@ -286,7 +286,7 @@ class ModernBert(Family):
     """ModernBERT pretrains with MLM alone."""
     return {'nsp': False}
 
-  def writes(self, cfg) -> bool:
+  def writes(self, cfg, task: str | None = None) -> bool:
     return cfg.position_embedding == 'rope'
 
   def refusal(self, cfg, task: str | None = None) -> str | None:
@@ -300,6 +300,8 @@ class ModernBert(Family):
         return f'model.{field}={getattr(cfg, field)!r} (ModernBERT: {value!r})'
     if cfg.activation not in OUR_ACTIVATIONS:
       return f'model.activation={cfg.activation!r} (ModernBERT: geglu or swiglu)'
+    if cfg.embedding_width != cfg.hidden_size:
+      return f'factorized embeddings (model.embedding_size={cfg.embedding_size})'
     if task and cfg.classifier_head != 'mlp':
       return (f"model.classifier_head={cfg.classifier_head!r} (ModernBERT's heads: 'mlp', a "
               'dense, GELU and norm before the classifier)')
