@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from encoder import storage
+from encoder import hub_cache, storage
 from encoder.errors import CheckpointError
 
 log = logging.getLogger('encoder')
@@ -26,8 +26,10 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
 
 def checkpoint_candidates(path: str) -> tuple[str, list[str]]:
   """(workdir, params directories to try, newest first): one for a step, every step for a
-  workdir. Orbax's unfinished `<step>.orbax-checkpoint-tmp` directories are never candidates."""
-  path = storage.abspath(os.path.expanduser(str(path)))
+  workdir, the conversion of a Hub name (`hf://ORG/NAME[@REVISION]`, found in our cache:
+  encoder/hub_cache.py). Orbax's unfinished `<step>.orbax-checkpoint-tmp` directories are
+  never candidates."""
+  path = storage.abspath(os.path.expanduser(hub_cache.local_path(str(path))))
   storage.check_checkpoint_location(path)
   storage.check_bucket(path)
   if not storage.exists(path):

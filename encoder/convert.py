@@ -2,6 +2,9 @@
 
   python -m encoder.convert --from-hf DIR --out WORKDIR  # config.json, safetensors, and
                                                           # vocab.txt (BERT) or tokenizer.json
+  python -m encoder.convert --from-hf hf://ORG/NAME[@REVISION] [--out WORKDIR]
+                                                          # from the Hub; without --out into
+                                                          # the cache encoder.load reads
   python -m encoder.convert --to-hf WORKDIR --out DIR     # BertForPreTraining, or
                                                           # ModernBertForMaskedLM for RoPE models
 
@@ -14,7 +17,10 @@ A converted workdir holds config.json (the schema's pretraining config with the 
 or the task's fine-tuning config), tokenizer/ and checkpoints/0/params: `encoder.load(WORKDIR)`
 reads it, and `--config.init_from=WORKDIR` starts training from it. It has no optimizer state,
 so it is a starting point, not a run to resume. Only safetensors weights are read (not
-pytorch_model.bin).
+pytorch_model.bin). A model on the Hub, hf://ORG/NAME[@REVISION], is downloaded through
+huggingface_hub (only the files read here: encoder/hf/hub.py) and converted once per commit
+into a cache of ours (`from_hub`, encoder/hub_cache.py) that `encoder.load`, `init_from` and
+`python -m encoder.embed --model` read by the same name.
 
 Each Hugging Face family is one file in encoder/hf/ implementing encoder.hf.family.Family, and
 one line of FAMILIES below; this file does what they share. JAX is imported only once a
@@ -31,9 +37,9 @@ import sys
 
 import numpy as np
 
-from encoder import configs, orbax_s3, storage
+from encoder import configs, hub_cache, orbax_s3, storage
 from encoder.errors import CheckpointError, EncoderError
-from encoder.hf import bert, electra, heads, modernbert, sentence_transformers
+from encoder.hf import bert, electra, heads, hub, modernbert, sentence_transformers
 from encoder.hf.family import Family, read_json
 
 # In the order they are asked: the first that recognises a config.json (from_hf), or that
@@ -158,21 +164,63 @@ def _check_out(out: str) -> None:
     raise CheckpointError(f"'{out}' already exists and is not empty: choose a new --out")
 
 
-def from_hf(hf_dir: str, workdir: str, generator: str = '') -> list[str]:
-  """Converts a Hugging Face directory of a known family into a workdir (with `generator`, the
-  directory of the ELECTRA generator that trained it); returns notes for the user."""
-  storage.check_bucket(hf_dir)
-  storage.check_checkpoint_location(workdir)
-  workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
+def recognise(hf_dir: str) -> tuple[str, dict | None, dict, Family]:
+  """What --from-hf reads of a directory before its weights: (the folder of the model's own
+  files, a sentence-transformers pipeline's `embed` fields or None, its config.json, its
+  family), or the one-line refusal of a pipeline, a missing config.json or a family no
+  converter reads."""
   embed = None
   if sentence_transformers.is_sentence_transformers(hf_dir):
     hf_dir, embed = sentence_transformers.read(hf_dir)
   if not storage.isfile(os.path.join(hf_dir, 'config.json')):
     raise CheckpointError(f"'{hf_dir}' has no config.json: give a Hugging Face "
                           f'{_listed(f.name for f in FAMILIES)} directory')
-  _check_out(workdir)
   hf = read_json(os.path.join(hf_dir, 'config.json'))
-  family = family_of(hf)
+  return hf_dir, embed, hf, family_of(hf)
+
+
+def _model_folder(hf_dir: str) -> str:
+  """`recognise` with the family's refusals of config.json's fields: what a Hub download
+  checks before it fetches any weights (encoder/hf/hub.py)."""
+  model_dir, _, hf, family = recognise(hf_dir)
+  family.model_fields(hf)
+  return model_dir
+
+
+def from_hub(text: str, refresh: bool = False) -> tuple[hub_cache.HubModel, list[str]]:
+  """(The workdir of Hub model `text`, hf://ORG/NAME[@REVISION], notes for the user): its
+  conversion in our cache (encoder/hub_cache.py), read without the network; else the files
+  from_hf reads downloaded (encoder/hf/hub.py) and converted once per commit. `refresh`: ask
+  the Hub (or, offline, huggingface_hub's cache) which commit a branch is at, even where a
+  conversion of it is cached."""
+  name = hub_cache.parse_name(text)
+  found = None if refresh else hub_cache.cached(name)
+  if found is not None:
+    return found, []
+  snapshot = hub.download(name, _model_folder)
+  found, notes = hub_cache.cached(hub_cache.HubName(name.repo_id, snapshot.commit)), []
+  if found is None:
+    target = hub_cache.workdir_path(name.repo_id, snapshot.commit)
+    with hub_cache.placing(name.repo_id, snapshot.commit) as partial:
+      notes = from_hf(snapshot.directory, partial)
+      config_path = os.path.join(partial, 'config.json')
+      config = json.loads(storage.read_text(config_path))
+      config['data']['tokenizer'] = os.path.join(target, 'tokenizer')  # where it will be
+      storage.write_atomic(config_path, json.dumps(config, indent=2, sort_keys=True))
+    found = hub_cache.cached(hub_cache.HubName(name.repo_id, snapshot.commit))
+    notes.append(f'converted {found.pinned} into {found.workdir} (later loads read it)')
+  hub_cache.record_revision(name, snapshot.commit)
+  return found, notes
+
+
+def from_hf(hf_dir: str, workdir: str, generator: str = '') -> list[str]:
+  """Converts a Hugging Face directory of a known family into a workdir (with `generator`, the
+  directory of the ELECTRA generator that trained it); returns notes for the user."""
+  storage.check_bucket(hf_dir)
+  storage.check_checkpoint_location(workdir)
+  workdir = storage.abspath(workdir)  # Orbax refuses a relative checkpoint path
+  _check_out(workdir)
+  hf_dir, embed, hf, family = recognise(hf_dir)
   fields = family.model_fields(hf)
   task = heads.task_of(hf, family.head_architectures)  # None: no fine-tuned head
   names, num_labels = heads.labels_from_hf(hf, task) if task else (None, 0)
@@ -301,26 +349,38 @@ def main(argv: list[str] | None = None) -> int:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   direction = parser.add_mutually_exclusive_group(required=True)
   direction.add_argument('--from-hf', metavar='DIR', help='a Hugging Face '
-                         f'{_listed(f.name for f in FAMILIES)} directory')
+                         f'{_listed(f.name for f in FAMILIES)} directory, or a model on the '
+                         'Hub: hf://ORG/NAME[@REVISION]')
   direction.add_argument('--to-hf', metavar='WORKDIR', help='our workdir or checkpoint step')
   parser.add_argument('--generator', metavar='DIR', default='', help='with --from-hf of an '
                       'ELECTRA discriminator: its generator (ElectraForMaskedLM), for fill_mask')
-  parser.add_argument('--out', required=True, help='the directory to create')
+  parser.add_argument('--out', help='the directory to create (without it, --from-hf '
+                      "hf://ORG/NAME converts into the cache encoder.load('hf://ORG/NAME') reads)")
   args = parser.parse_args(argv)
-  if args.generator and not args.from_hf:
+  named = bool(args.from_hf) and hub_cache.is_hub_name(args.from_hf)
+  if args.generator and (not args.from_hf or named):
     parser.error('--generator goes with --from-hf DIR (a local ELECTRA discriminator)')
+  if not args.out and not named:
+    parser.error('--out is required (optional only with --from-hf hf://ORG/NAME)')
+  out = os.path.expanduser(args.out) if args.out else None
   try:
-    if args.from_hf:
-      notes = from_hf(os.path.expanduser(args.from_hf), os.path.expanduser(args.out),
-                      os.path.expanduser(args.generator))
+    if named and not out:
+      model, notes = from_hub(args.from_hf, refresh=True)
+      wrote = f'{model.pinned}: {model.workdir}'
+    elif named:
+      _check_out(storage.abspath(out))  # before anything is downloaded
+      notes = from_hf(hub.download(hub_cache.parse_name(args.from_hf), _model_folder).directory,
+                      out)
+    elif args.from_hf:
+      notes = from_hf(os.path.expanduser(args.from_hf), out, os.path.expanduser(args.generator))
     else:
-      notes = to_hf(os.path.expanduser(args.to_hf), os.path.expanduser(args.out))
+      notes = to_hf(os.path.expanduser(args.to_hf), out)
   except EncoderError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
   for note in notes:
     sys.stderr.write(f'note: {note}\n')
-  print(f'wrote {args.out}')
+  print(wrote if named and not out else f'wrote {args.out}')
   return 0
 
 

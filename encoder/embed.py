@@ -1,6 +1,6 @@
 """Embeds a JSONL corpus into sharded .npy files, resumably.
 
-  python -m encoder.embed --model RUN_OR_WORKDIR --corpus corpus.jsonl --out DIR
+  python -m encoder.embed --model RUN_OR_WORKDIR_OR_HF_NAME --corpus corpus.jsonl --out DIR
       [--max_length N] [--batch_tokens N | --rows N] [--shard_size N]
       [--pooling mean|cls|last] [--normalize | --no-normalize] [--dtype bfloat16]
 
@@ -36,7 +36,8 @@ SHARD_SIZE = 50_000  # ~77 MB of 384-dim float32 a shard: minutes of work to los
 def parse_args(argv):
   parser = argparse.ArgumentParser(prog='python -m encoder.embed', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True, help='a run, converted workdir or step')
+  parser.add_argument('--model', required=True, help='a run, converted workdir or step, or '
+                      'a model on the Hub: hf://ORG/NAME[@REVISION]')
   parser.add_argument('--corpus', required=True, help='a JSONL file of documents')
   parser.add_argument('--out', required=True, help='the output directory (created)')
   parser.add_argument('--max_length', type=int, help='tokens per document (default: '

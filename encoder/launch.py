@@ -61,8 +61,20 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   return args, overrides
 
 
+def _hub_model(value: str) -> str:
+  """An `init_from` naming a model on the Hub (hf://ORG/NAME[@REVISION]), downloaded and
+  converted the first time, as that name pinned to its commit, which the run's config.json
+  then records; any other value as it is."""
+  if not str(value).startswith('hf://'):
+    return value
+  from encoder.convert import from_hub  # lazy: JAX only to convert a model the first time
+  return from_hub(value)[0].pinned
+
+
 def run(argv: list[str]) -> int:
   args, overrides = parse_args(argv)
+  overrides = [f"init_from={_hub_model(o.partition('=')[2])}" if o.startswith('init_from=')
+               else o for o in overrides]
   for given in (args.workdir, args.report):  # refused before anything is written
     if given:
       storage.check(given)
@@ -89,6 +101,7 @@ def run(argv: list[str]) -> int:
     return 0
   config = configs.load_experiment(args.exp)
   configs.apply_overrides(config, overrides)
+  config.init_from = _hub_model(config.init_from)  # an experiment's own default too
   workdir = args.workdir or os.path.join('runs', args.exp.split(':')[0])
   if args.sweep:
     from encoder.sweep import grid  # lazy

@@ -240,6 +240,22 @@ def test_embed_speed_prints_a_json_line_per_arm(capsys, tmp_path):
   assert lines[3]['breakdown'] == 'packed' and lines[3]['steps'] >= 1
 
 
+@pytest.mark.slow  # two conversions, eight loads and two compiles of the tiny BERT: ~7 s
+def test_hub_load_prints_a_line_per_setting_and_converts_once_each(capsys, monkeypatch):
+  """On the tiny sentence-transformers BERT; the variables and settings it changes are this
+  test's, undone after it."""
+  from huggingface_hub import constants
+  for name in ('HF_HUB_CACHE', 'HF_HUB_OFFLINE', 'ENCODER_HF_CACHE'):
+    monkeypatch.setenv(name, '')
+  monkeypatch.setattr(constants, 'HF_HUB_CACHE', constants.HF_HUB_CACHE)
+  monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', constants.HF_HUB_OFFLINE)
+  _script('hub_load').main(['--model', 'tiny', '--rounds', '1'])
+  lines = _json_lines(capsys.readouterr().out)
+  assert [line.get('setting') for line in lines] == ['cold', 'warm', None]
+  assert all(line['conversions'] == 1 and len(line['again_s']) == 1 for line in lines[:2])
+  assert lines[2]['max_abs_diff_vs_by_hand'] == 0
+
+
 def test_finetune_recipe_arms_are_config_overrides():
   from benchmarks.finetune_recipe import parse_arm
   assert parse_arm('base=') == ('base', [])

@@ -6,7 +6,9 @@
       step (`step500`, ...), to plot downstream score against pretraining step, or against
       minutes where the run had a wall-clock budget (each step's saved training clock);
   one checkpoint step directory: one arm, `pretrained`;
-  a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run.
+  a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run;
+  a model on the Hub, hf://ORG/NAME[@REVISION]: one arm, `pretrained`, its runs starting from
+      the name pinned to the commit converted (encoder/hub_cache.py), which their configs say.
 `scratch` (`suite.scratch=true`) is the first arm's architecture and tokenizer with random
 weights: what the table would say without pretraining.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from encoder import config_schema, storage
+from encoder import config_schema, hub_cache, storage
 from encoder.checkpoint_files import find_run_directory, step_data_state
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS
@@ -48,11 +50,15 @@ class Arm:
 def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -> list[Arm]:
   if not init_from:
     raise ConfigError('--eval_suite needs --config.init_from=RUN (a workdir, a checkpoint, a '
-                      'sweep folder or a converted Hugging Face model)')
-  path = storage.abspath(os.path.expanduser(init_from))
-  if not storage.exists(path):
-    raise ConfigError(f"init_from '{init_from}' does not exist")
-  arms = sweep_arms(path) if is_sweep_folder(path) else run_arms(path, checkpoints)
+                      'sweep folder, a converted Hugging Face model or hf://ORG/NAME)')
+  if hub_cache.is_hub_name(init_from):  # converted here (launch.py converts it first)
+    model = hub_cache.find(init_from)
+    arms = [Arm('pretrained', (f'init_from={model.pinned}',), model.workdir)]
+  else:
+    path = storage.abspath(os.path.expanduser(init_from))
+    if not storage.exists(path):
+      raise ConfigError(f"init_from '{init_from}' does not exist")
+    arms = sweep_arms(path) if is_sweep_folder(path) else run_arms(path, checkpoints)
   if scratch:
     arms.append(scratch_arm(arms[0].run_dir))
   return [fair_pooling(arm) for arm in arms]

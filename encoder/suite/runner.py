@@ -13,7 +13,7 @@ import logging
 import os
 import time
 
-from encoder import storage
+from encoder import hub_cache, storage
 from encoder.errors import ConfigError
 from encoder.suite import arms as arms_lib
 from encoder.suite import (
@@ -35,7 +35,11 @@ log = logging.getLogger('encoder')
 
 
 def default_suite_dir(init_from: str, name: str) -> str:
-  """INIT_FROM/suites/NAME: beside the run (or inside the sweep folder) it evaluates."""
+  """INIT_FROM/suites/NAME: beside the run (or inside the sweep folder) it evaluates; for a
+  model on the Hub, runs/hf/ORG--NAME/suites/NAME (not in the cache of its conversion)."""
+  if hub_cache.is_hub_name(init_from):
+    repo_id = hub_cache.parse_name(init_from).repo_id
+    return os.path.join('runs', 'hf', repo_id.replace('/', '--'), 'suites', name)
   path = storage.abspath(os.path.expanduser(init_from))
   if os.path.basename(os.path.dirname(path)) == 'checkpoints':  # one step of a run
     path = os.path.dirname(os.path.dirname(path))
@@ -119,7 +123,7 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       runs += more
       complete = run_all(more, parallel, bool(suite.keep_weights), write_report)
   summary = write_report()
-  sweep_dir = storage.abspath(os.path.expanduser(settings.init_from))
+  sweep_dir = storage.abspath(os.path.expanduser(hub_cache.local_path(settings.init_from)))
   if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns
     write_sweep_report(sweep_dir)
   log.info('suite %s %s in %.0f s: %s', name, 'finished' if complete else 'stopped',
