@@ -19,3 +19,8 @@ class DataError(EncoderError):
 
 class CheckpointError(EncoderError):
   """A missing, unreadable or mismatched checkpoint or workdir."""
+
+
+class OutOfMemoryError(EncoderError):
+  """A step that does not fit its devices' memory, said by a target's compiler (--compile_for)
+  or by a failed allocation during a run: the run's sizes, not a bug."""

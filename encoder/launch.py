@@ -5,6 +5,7 @@
   python launch.py --exp mlm_nsp_base --config.train.batch_size=128 --workdir runs/b128
   python launch.py --list | --exp NAME --print_config | --describe | --inspect_data N
   python launch.py --exp mlm_nsp_base --prepare_data
+  python launch.py --exp mlm_nsp_base --compile_for v5e:2x2 [--fit]   # does it fit? (no TPU)
   python launch.py --eval_suite glue --config.init_from=runs/bert --config.suite.data_dir=glue_data
 
 User errors print one line `error: ...` and exit with status 2. A listing piped into a reader
@@ -47,6 +48,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help='run the grid of these values (repeatable), or a named sweep')
   parser.add_argument('--dry_run', action='store_true', help='with --sweep: list the runs')
   parser.add_argument('--report', metavar='DIR', help='rebuild a sweep report from its runs')
+  parser.add_argument('--compile_for', metavar='TARGET',
+                      help='compile the run for a TPU topology (v5e:2x2, v4:2x2x1, ...) or '
+                      'h100[:N] on this host: memory a device, WORKDIR/compile/TARGET/report.json')
+  parser.add_argument('--fit', action='store_true',
+                      help='with --compile_for: the largest global batch that fits')
   parser.add_argument('--eval_suite', metavar='NAME',
                       help='fine-tune --config.init_from on every task of suite NAME (glue, ner, '
                       'squad, all, or one the --exp experiment names), several seeds, one table')
@@ -58,6 +64,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     overrides.append(item[len('--config.'):])
   if not args.list and not args.exp and not args.report and not args.eval_suite:
     parser.error('--exp NAME is required (see --list)')
+  if args.fit and not args.compile_for:
+    parser.error('--fit searches the batch of a --compile_for TARGET: give both')
   return args, overrides
 
 
@@ -113,6 +121,8 @@ def run(argv: list[str]) -> int:
     sweep_dir = args.workdir or os.path.join('runs', 'sweeps', grid.sweep_dir_name(args))
     run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
     return 0
+  if args.compile_for:
+    return _compile_for(config, workdir, args.compile_for, args.fit)
   if args.prepare_data and config.task not in config_schema.PRETRAINING_TASKS:
     raise ConfigError(f"--prepare_data prepares pretraining corpora; '{args.exp}' is a "
                       f'{config.task} experiment, whose data needs no preparation')
@@ -141,6 +151,20 @@ def run(argv: list[str]) -> int:
     return 0
   from encoder.train.trainer import train_and_evaluate  # lazy
   train_and_evaluate(config, workdir)
+  return 0
+
+
+def _compile_for(config, workdir: str, target: str, fit: bool) -> int:
+  """--compile_for: the run compiled for `target` from this host (encoder/train/
+  compile_report.py), its name and config refused before JAX starts."""
+  from encoder.train.targets import check_name  # lazy: no JAX to refuse a name
+  check_name(target)
+  from encoder.train.resolve import resolve_config  # lazy
+  config = resolve_config(config)
+  from encoder.train.compile_report import compile_for  # lazy: JAX
+  from encoder.train.trainer import setup_logging  # lazy
+  setup_logging()
+  compile_for(config, workdir, target, fit=fit)
   return 0
 
 

@@ -47,6 +47,8 @@ def test_dependencies_are_requirements_txt():
 
 @pytest.mark.parametrize('extra, name', [('cloud', 'requirements-cloud.txt'),
                                          ('beam', 'requirements-beam.txt'),
+                                         ('tpu', 'requirements-tpu.txt'),
+                                         ('cuda', 'requirements-cuda.txt'),
                                          ('dev', 'requirements-dev.txt')])
 def test_extras_are_the_requirements_files(extra, name):
   # dev: its own lines and those of the files it includes, less requirements.txt (the base).

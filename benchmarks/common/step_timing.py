@@ -14,36 +14,11 @@ import numpy as np
 
 from benchmarks.common.synthetic import bench_config, random_batch
 from encoder.modules import matmul
+from encoder.modules.flops import keys_per_query, model_flops  # noqa: F401  (re-exported)
 from encoder.tasks import pretraining as task
 from encoder.train.run_setup import setup_steps
 from encoder.train.steps import train_step
 from encoder.train.strategy import OneDeviceStrategy
-
-
-def keys_per_query(seq: int, window: int) -> float:
-  """Mean keys a query attends to in a row of `seq` tokens: all of them, or (a local layer,
-  window > 0) the ones at most window // 2 away, fewer at the row's ends."""
-  if not window:
-    return float(seq)
-  half = window // 2
-  return sum(min(q + half, seq - 1) - max(q - half, 0) + 1 for q in range(seq)) / seq
-
-
-def model_flops(model_cfg, batch: int, seq: int, preds: int) -> float:
-  """Training FLOPs of one step, as in PaLM's appendix B (forward + backward = 3 x forward):
-  6 N B T + 12 d B T sum_l K_l + 6 (d V + d^2) B P, N the encoder's matmul parameters
-  (embeddings excluded), K_l the keys a query of layer l attends to (T on a global layer,
-  `keys_per_query` on a local one: the band's useful work, though the score matrix is computed
-  whole and masked), P the masked positions per sequence (benchmarks/train_step.py says more)."""
-  d, layers, vocab = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
-  gated = model_cfg.activation in ('geglu', 'swiglu')
-  ffn = model_cfg.intermediate_size * (2 if gated else 1)
-  per_layer = 4 * d * d + d * ffn + model_cfg.intermediate_size * d
-  pooler = d * d if model_cfg.pooler == 'tanh' else 0  # run on one position; negligible
-  n = layers * per_layer + pooler
-  keys = sum(keys_per_query(seq, model_cfg.local_window if model_cfg.is_local(i) else 0)
-             for i in range(layers))
-  return 6 * n * batch * seq + 12 * d * batch * seq * keys + 6 * (d * vocab + d * d) * batch * preds
 
 
 class Ceiling:

@@ -12,6 +12,8 @@ attention implementation each platform runs.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from typing import Any
 
@@ -141,6 +143,23 @@ ARCHITECTURE_FIELDS = ('size', *(f.name for f in dataclasses.fields(ModelConfig)
                                                    'pallas_interpret')))
 
 
+# The platform models are built for inside `building_for` (None: this process's backend).
+_BUILD_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    'build_platform', default=None)
+
+
+@contextlib.contextmanager
+def building_for(platform: str):
+  """Models configured inside take `attention_impl=auto` (and splash's interpret mode) for
+  `platform` instead of this process's backend: `--compile_for` builds on a CPU host the model
+  a TPU or a GPU would build, and compiles that (encoder/train/compile_report.py)."""
+  token = _BUILD_PLATFORM.set(platform)
+  try:
+    yield
+  finally:
+    _BUILD_PLATFORM.reset(token)
+
+
 def local_platform() -> str:
   """This process's JAX platform, with ROCm told apart from CUDA (both report 'gpu')."""
   import jax  # lazy: the config is read and checked (launch.py --print_config) without JAX
@@ -183,9 +202,10 @@ def model_config(model: Any, vocab_size: int | None = None, platform: str | None
   """`config.model` (a ConfigDict or dict; a resolved config's is complete) as a ModelConfig,
   before any tracing: unset preset fields filled as `config_schema.fill_model` fills them, the
   vocabulary from `vocab_size` (the tokenizer's) while the data has not answered it, and
-  `attention_impl=auto` made the implementation for `platform` (default: this process's JAX
-  backend), so no module asks the backend while it is traced and a model can be built for
-  (and lowered to) a platform other than the local one."""
+  `attention_impl=auto` made the implementation for `platform` (default: the one
+  `building_for` names, else this process's JAX backend), so no module asks the backend while
+  it is traced and a model can be built for (and lowered to) a platform other than the local
+  one."""
   resolved = config_schema.fill_model(model)
   if 'vocab_size' not in resolved:
     if vocab_size is None:
@@ -195,7 +215,7 @@ def model_config(model: Any, vocab_size: int | None = None, platform: str | None
   unknown = sorted(set(resolved) - {f.name for f in dataclasses.fields(ModelConfig)})
   if unknown:
     raise ConfigError(f"unknown model field(s): {', '.join(unknown)}")
-  platform = platform or local_platform()
+  platform = platform or _BUILD_PLATFORM.get() or local_platform()
   resolved['attention_impl'] = attention_impl(
       resolved['attention_impl'], platform, resolved['dtype'],
       resolved['attention_dropout_rate'])

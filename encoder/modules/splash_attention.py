@@ -10,14 +10,22 @@ interpret mode (`interpret=True`: slow, exact), which is how the tests check it 
 Padding queries attend to padding keys here (each query always keeps at least itself, so no
 softmax row is empty); their outputs are never read, and real tokens see exactly what the
 explicit form's mask lets them see.
+
+Under `jax.jit` over a mesh (the mesh strategy), the compiler cannot partition a Pallas
+kernel: the call runs in `jax.shard_map`, each device on its own rows and heads, split as the
+logical axes `batch` and `heads` are (the rules in context, encoder/train/sharding.py). Under
+pmap, or inside a `shard_map` already, each device holds its rows and the kernel runs as is.
 """
 
 from __future__ import annotations
 
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec
 
 from encoder.modules.attention_mask import AttentionMask
 
@@ -50,9 +58,35 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     return jnp.pad(x, ((0, 0), (0, padded - s), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
 
   scaled = query * jnp.asarray(1.0 / math.sqrt(d), query.dtype)
-  out = jax.vmap(lambda q, k, v, i: kernel(q, k, v, segment_ids=kernels.SegmentIds(q=i, kv=i)))(
-      heads_first(scaled), heads_first(key), heads_first(value), ids)
-  return out.transpose(0, 2, 1, 3)[:, :s]
+
+  def attend(q, k, v, i):  # [b, h, padded, d] each, i [b, padded]
+    return jax.vmap(lambda q, k, v, i: kernel(q, k, v, segment_ids=kernels.SegmentIds(q=i, kv=i)))(
+        q, k, v, i)
+  args = (heads_first(scaled), heads_first(key), heads_first(value), ids)
+  return _per_device(attend, args).transpose(0, 2, 1, 3)[:, :s]
+
+
+def _per_device(attend, args):
+  """`attend(*args)`, in a `shard_map` over the mesh's automatic axes when traced under a
+  jit over a mesh (rows split as the logical `batch` axis, heads as `heads`, where the mesh
+  axes divide them), else as it is."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or not mesh.auto_axes:
+    return attend(*args)
+  rows, heads = nn.logical_to_mesh_axes(('batch', 'heads'))
+  b, h = args[0].shape[:2]
+  rows, heads = _dividing(rows, b, mesh), _dividing(heads, h, mesh)
+  spec = PartitionSpec(rows, heads, None, None)
+  return jax.shard_map(attend, mesh=mesh, in_specs=(spec, spec, spec, PartitionSpec(rows, None)),
+                       out_specs=spec, axis_names=set(mesh.auto_axes), check_vma=False)(*args)
+
+
+def _dividing(axes, size: int, mesh):
+  """`axes` (a mesh axis, a tuple of them or None) if their devices divide `size`, else None
+  (the dimension stays whole on every device)."""
+  names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+  ways = int(np.prod([mesh.shape[a] for a in names])) if names else 1
+  return axes if size % ways == 0 else None
 
 
 def _head_masks(mask: AttentionMask, length: int, heads: int):

@@ -186,3 +186,23 @@ def resolve(config, task, data) -> config_dict.ConfigDict:
   config = configs.with_fields(config, task.resolved_fields(config, data))
   return configs.with_fields(config, length_fields(config.train, data.num_train_examples,
                                            getattr(data, 'steps_per_epoch', None)))
+
+
+def resolve_without_data(config) -> config_dict.ConfigDict:
+  """`config` (a `resolve_config` result) completed as far as a run built from shapes alone
+  needs (`--compile_for`), reading no corpus: the vocabulary is `model.vocab_size`, else the
+  given tokenizer's (`data.tokenizer`: its files only), else `data.vocab_size` (the size a
+  trained one gets); labels default as the tasks' models do before the data answers; a run
+  counted in epochs gets one step (the schedule's length changes no shape). A new config."""
+  fields = {}
+  if config.model.vocab_size is None:
+    if config.data.get('tokenizer'):
+      from encoder.data.tokenizer import load_tokenizer  # lazy: only where a file is given
+      fields['model.vocab_size'] = load_tokenizer(config.data.tokenizer).vocab_size
+    else:
+      fields['model.vocab_size'] = int(config.data.vocab_size)
+  if config.train.num_steps <= 0:
+    fields['train.num_steps'] = 1
+  if config.train.warmup_steps is None:
+    fields['train.warmup_steps'] = 0
+  return configs.with_fields(config, fields)

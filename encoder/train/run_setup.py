@@ -4,10 +4,13 @@ what they time or check is what `launch.py` trains (maxtext's `setup_train_loop`
 
   run = setup_train_loop(config, workdir)   # the trainer's: data, config.json, checkpoints
   run = setup_steps(config)                 # a resolved config and no data (synthetic batches)
+  run = setup_for_target(config, target)    # shapes only, laid out on a compile target
 
-Both give a `RunSetup`; `setup_train_loop` also restores the newest readable checkpoint of the
+All give a `RunSetup`; `setup_train_loop` also restores the newest readable checkpoint of the
 workdir (else the `train.decay_from` checkpoint a branch continues, else starts fresh from
-`init_from`'s weights) and keeps the `Checkpointer` that did it.
+`init_from`'s weights) and keeps the `Checkpointer` that did it; `setup_for_target` builds the
+run a TPU slice or GPUs would train (encoder/train/targets.py) with nothing allocated, for
+`--compile_for` (encoder/train/compile_report.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from encoder import configs, storage
 from encoder.modules.attention import forms_by_layer_kind
+from encoder.modules.config import building_for
 from encoder.tasks import Task, get_task
 from encoder.train import branch, cpu_features, distributed, prng
 from encoder.train import checkpoint as ckpt_lib
@@ -36,7 +40,9 @@ log = logging.getLogger('encoder')
 @dataclasses.dataclass
 class RunSetup:
   """Everything a training loop steps with. `state` is placed by `strategy` (replicated under
-  pmap, sharded under the mesh); `data`, `checkpointer` and `data_state` are None without data."""
+  pmap, sharded under the mesh; for a compile target, abstract arrays in that layout, with
+  `batch` the global batch's); `data`, `checkpointer` and `data_state` are None without
+  data."""
   config: Any  # resolved: nothing changes it from here on
   task: Task
   strategy: Any
@@ -51,6 +57,7 @@ class RunSetup:
   data: Any = None
   data_state: dict | None = None
   checkpointer: ckpt_lib.Checkpointer | None = None
+  batch: dict | None = None
 
 
 def write_config(config, workdir: str) -> None:
@@ -108,14 +115,41 @@ def setup_steps(config, params=None) -> RunSetup:
                   *_compiled(config, task, strategy, model, tx), _count(like.params))
 
 
-def _parts(config, task):
+def setup_for_target(config, target) -> RunSetup:
+  """The run `config` (a `resolve_config` result) would train on `target` (a
+  `targets.Target`), from shapes alone: no corpus read, nothing allocated. The model is the
+  one `auto` builds on the target's platform (splash on a TPU), the strategy lays the state
+  and the global batch out on its devices as abstract arrays (`state`, `batch`), and the
+  steps lower and compile for it."""
+  config = resolve_lib.resolve_without_data(config)
+  task = get_task(config.task, config)
+  strategy = make_strategy(config.parallel, target.devices)
+  strategy.per_device_batch_size(config.train.batch_size, config.train.grad_accum_steps)
+  with building_for(target.platform):
+    model, tx, dummy = _parts(config, task, target.platform)
+  batch = jax.eval_shape(lambda: task.dummy_batch(config, config.train.batch_size))
+  state, batch = strategy.compile_args(model, tx, dummy, batch)
+  return RunSetup(config, task, strategy, model, tx, dummy, state,
+                  *_compiled(config, task, strategy, model, tx), _count(state.params),
+                  batch=batch)
+
+
+def attention_forms(config, model, training: bool = True) -> dict[str, str]:
+  """The form each kind of `model`'s layers runs on rows of `data.max_seq_length` tokens
+  (`attention.layer_form`): what the run's log and `--compile_for`'s report say."""
+  return forms_by_layer_kind(model.config, config.data.max_seq_length,
+                             packed=config.data.get('packing', 'none') != 'none',
+                             training=training)
+
+
+def _parts(config, task, platform: str | None = None):
+  platform = platform or jax.default_backend()
   model = task.build_model(config)
-  forms = forms_by_layer_kind(model.config, config.data.max_seq_length,
-                              packed=config.data.get('packing', 'none') != 'none', training=True)
+  forms = attention_forms(config, model)
   log.info('attention: %s (model.attention_impl=%s on %s); rows of %d tokens: %s',
-           model.config.attention_impl, config.model.attention_impl, jax.default_backend(),
+           model.config.attention_impl, config.model.attention_impl, platform,
            config.data.max_seq_length, ', '.join(f'{k} layers {v}' for k, v in forms.items()))
-  hint = cpu_features.bfloat16_hint(config.model.dtype, jax.default_backend())
+  hint = cpu_features.bfloat16_hint(config.model.dtype, platform)
   if hint:  # a float32 run on a CPU with bfloat16 products
     log.info(hint)
   return model, make_optimizer(config.train), task.dummy_batch(config)

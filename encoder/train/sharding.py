@@ -93,10 +93,12 @@ def mesh_shape(parallel, num_devices: int | None = None) -> dict[str, int]:
   return shape
 
 
-def make_mesh(shape: dict[str, int]) -> Mesh:
-  """Devices arranged for the interconnect where JAX knows it (CPU: in order; GPU: by id; TPU:
-  on the torus), else in order. Sizes match the device count already (`mesh_shape`)."""
-  devices = jax.devices()
+def make_mesh(shape: dict[str, int], devices=None) -> Mesh:
+  """`devices` (default: every process's) arranged for the interconnect where JAX knows it
+  (CPU: in order; GPU: by id; TPU: on the torus), else in order. Sizes match the device count
+  already (`mesh_shape`). A target topology's compile-only devices (`--compile_for`) are laid
+  out the same way as the real ones would be."""
+  devices = jax.devices() if devices is None else list(devices)
   sizes = tuple(shape[axis] for axis in MESH_AXES)
   try:
     grid = mesh_utils.create_device_mesh(sizes, devices)

@@ -14,6 +14,13 @@ live (`encoder.train.sharding`) and in who sums over devices:
          each device keeps 1/fsdp of the parameters and optimizer state: the way to train a
          model that does not fit on one device.
 Checkpoints hold whole arrays either way, so a run may resume under the other strategy.
+
+Given the compile-only devices of a target (`make_strategy(..., devices)`: `--compile_for`,
+encoder/train/compile_report.py), each strategy lays the same run out on them, and
+`compile_args` gives its steps' arguments as abstract arrays in that layout: the steps then
+lower and compile for the target without allocating anything. pmap itself cannot compile for
+devices this process does not have, so there the same body runs in `jax.shard_map` over a
+one-axis `batch` mesh (`TargetPmapStrategy`): per device, the program pmap runs.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import functools
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from encoder.errors import ConfigError
 from encoder.train import prng, sharding
@@ -50,6 +57,15 @@ def host_state_like(model, tx, dummy_batch: dict):
   what a checkpoint restores into before the strategy places it."""
   return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),
                       abstract_state(model, tx, dummy_batch))
+
+
+def laid_out(tree, shardings):
+  """Abstract arrays of `tree`'s shapes and dtypes carrying `shardings` (one sharding for
+  every leaf, or a tree of them): what a step is lowered with, nothing allocated."""
+  if not isinstance(shardings, jax.sharding.Sharding):
+    return jax.tree.map(lambda x, where: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where),
+                        tree, shardings)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree)
 
 
 def sum_on_host(trees: list):
@@ -122,6 +138,54 @@ class PmapStrategy:
     return [jax.tree.map(lambda x: x.reshape((-1,) + x.shape[lead:]), h) for h in host]
 
 
+class TargetPmapStrategy:
+  """The pmap strategy laid out on a target's compile-only devices: the same step body with
+  the same `batch` axis, in `jax.shard_map` over a one-axis mesh of them under `jax.jit`.
+  Each device holds the whole state and steps on its rows of the batch; the body's psum adds
+  the gradients: the program pmap runs on each device. Replication is unchecked
+  (`check_vma=False`), as pmap does not type it (the bf16 matmul's custom VJP returns each
+  device's own weight gradient, summed by the step's psum). It compiles only: nothing can be
+  placed on compile-only devices, so it has no `init_state` or `place_batch`."""
+  name = 'pmap'
+  mesh_shape = None
+
+  def __init__(self, devices):
+    self.devices = list(devices)
+    self.mesh = Mesh(np.array(self.devices), (sharding.AXIS,))
+
+  def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
+    return sharding.per_device_batch_size(global_batch, len(self.devices), grad_accum_steps)
+
+  def _per_device(self, body, in_specs, out_specs, **jit_kwargs):
+    return jax.jit(jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False), **jit_kwargs)
+
+  def steps(self, model, task, tx, grad_accum_steps: int, skip_nonfinite: bool = False,
+            progress: bool = False, rng_impl: str = prng.DEFAULT):
+    whole, rows = PartitionSpec(), PartitionSpec(sharding.AXIS)
+    axis = sharding.AXIS
+    train = self._per_device(
+        functools.partial(train_step, model=model, task=task, tx=tx,
+                          grad_accum_steps=grad_accum_steps, axis_name=axis,
+                          skip_nonfinite=skip_nonfinite, rng_impl=rng_impl),
+        (whole, rows) + ((whole,) if progress else ()), (whole, whole), donate_argnums=(0,))
+    evaluate = self._per_device(
+        functools.partial(eval_step, model=model, task=task, axis_name=axis), (whole, rows),
+        whole)
+    return train, evaluate
+
+  def predict_step(self, model, task):
+    rows = PartitionSpec(sharding.AXIS)
+    return self._per_device(functools.partial(predict_step, model=model, task=task),
+                            (PartitionSpec(), rows), rows)
+
+  def compile_args(self, model, tx, dummy_batch: dict, batch: dict):
+    """The train step's (state, batch): the state whole on every device, the batch by rows."""
+    return (laid_out(abstract_state(model, tx, dummy_batch),
+                     NamedSharding(self.mesh, PartitionSpec())),
+            laid_out(batch, NamedSharding(self.mesh, PartitionSpec(sharding.AXIS))))
+
+
 class OneDeviceStrategy:
   """`parallel.strategy=pmap` where there is one device in all: the pmap step compiled by
   `jax.jit`, with no device axis on the state, the batch or the metrics.
@@ -132,8 +196,16 @@ class OneDeviceStrategy:
   name = 'pmap (jit on one device)'
   mesh_shape = None
 
+  def __init__(self, device=None):
+    self.device = device  # a target's compile-only device; None: this process's
+
   def per_device_batch_size(self, global_batch: int, grad_accum_steps: int) -> int:
     return sharding.per_device_batch_size(global_batch, 1, grad_accum_steps)
+
+  def compile_args(self, model, tx, dummy_batch: dict, batch: dict):
+    """The train step's (state, batch) as abstract arrays on the target device."""
+    where = SingleDeviceSharding(self.device or jax.devices()[0])
+    return laid_out(abstract_state(model, tx, dummy_batch), where), laid_out(batch, where)
 
   def init_state(self, model, tx, dummy_batch: dict, seed: int, params=None):
     if params is None:
@@ -175,9 +247,11 @@ class MeshStrategy:
   """`jax.jit` with NamedShardings over a (data, fsdp, tensor) mesh of every process's devices."""
   name = 'mesh'
 
-  def __init__(self, parallel_config):
-    self.mesh_shape = sharding.mesh_shape(parallel_config)
-    self.mesh = sharding.make_mesh(self.mesh_shape)
+  def __init__(self, parallel_config, devices=None):
+    """`devices`: a target's compile-only devices (default: every process's)."""
+    self.mesh_shape = sharding.mesh_shape(parallel_config,
+                                          None if devices is None else len(devices))
+    self.mesh = sharding.make_mesh(self.mesh_shape, devices)
     self.rules = sharding.logical_axis_rules(parallel_config)
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
     self.batch_sharding = sharding.batch_sharding(self.mesh)
@@ -263,6 +337,10 @@ class MeshStrategy:
                    in_shardings=(self.state_shardings.params, self.batch_sharding),
                    out_shardings=self.replicated)
 
+  def compile_args(self, model, tx, dummy_batch: dict, batch: dict):
+    """The train step's (state, batch) as abstract arrays in this layout."""
+    return self.checkpoint_like(model, tx, dummy_batch), laid_out(batch, self.batch_sharding)
+
   def place_batch(self, batch: dict) -> dict:
     return sharding.put_batch(batch, self.batch_sharding)
 
@@ -273,11 +351,15 @@ class MeshStrategy:
     return jax.device_get(outputs)
 
 
-def make_strategy(parallel_config):
-  """The strategy `parallel.strategy` names."""
+def make_strategy(parallel_config, devices=None):
+  """The strategy `parallel.strategy` names, over every process's devices, or laid out on
+  `devices` (a target's compile-only devices: its steps compile for them, `compile_args`)."""
   name = parallel_config.strategy
+  count = jax.device_count() if devices is None else len(devices)
   if name == 'pmap':
-    return OneDeviceStrategy() if jax.device_count() == 1 else PmapStrategy()
+    if count == 1:
+      return OneDeviceStrategy(None if devices is None else devices[0])
+    return PmapStrategy() if devices is None else TargetPmapStrategy(devices)
   if name == 'mesh':
-    return MeshStrategy(parallel_config)
+    return MeshStrategy(parallel_config, devices)
   raise ConfigError(f"parallel.strategy={name!r}: use 'pmap' or 'mesh'")

@@ -12,9 +12,9 @@ import signal
 
 from encoder import config_schema, configs, storage, store_retry
 from encoder.errors import ConfigError
-from encoder.train import distributed, workdir_lock, xla_cache
+from encoder.train import distributed, out_of_memory, workdir_lock, xla_cache
 from encoder.train import resolve as resolve_lib
-from encoder.train.run_setup import setup_train_loop
+from encoder.train.run_setup import attention_forms, setup_train_loop
 from encoder.train.train_loop import run_loop
 
 log = logging.getLogger('encoder')
@@ -27,7 +27,10 @@ RESUMABLE_KEYS = frozenset({
     'data.prepared_dir', 'data.prepare_workers', 'data.prepare_timeout_s',
     'train.stop_at_step', 'init_from', 'train.num_epochs', 'train.skip_nonfinite',
     'data.read_concurrency',  # how the corpus is read: a choice of the machine, like these
-    'model.attention_impl'})  # how attention is computed: a choice of the machine
+    # How attention is computed (its form, the blockwise form's tiles) and whether activations
+    # are kept or recomputed: choices of the machine (its kernels, its memory), the same
+    # model and mathematics (rounding, and which dropout masks are drawn, aside).
+    'model.attention_impl', 'model.attention_block_size', 'model.remat'})
 RESUMABLE_SECTIONS = frozenset({'parallel'})  # the device layout, not the run
 
 
@@ -104,7 +107,8 @@ def _train(config, workdir: str, stop: _StopRequest) -> dict:
   """The run itself, once the workdir is known to be ours and locked."""
   retried_before = store_retry.counts()  # this run's retries are counted from here
   with xla_cache.cache_compiles(xla_cache.run_cache_dir(config.train.compile_cache)) as cache:
-    run = setup_train_loop(config, workdir)
+    with out_of_memory.said_in_one_line(config):  # a state too big for its devices
+      run = setup_train_loop(config, workdir)
     t = run.config.train
     log.info('%s parameters; %d steps; compiled programs cached in %s', f'{run.num_params:,}',
              t.num_steps, cache or 'none (train.compile_cache)')
@@ -112,4 +116,5 @@ def _train(config, workdir: str, stop: _StopRequest) -> dict:
                                                run.strategy.mesh_shape))
     for split, stats in run.data.stats.items():
       log.info('data %s: %s', split, stats)
-    return run_loop(run, workdir, stop, retried_before)
+    with out_of_memory.said_in_one_line(run.config, attention_forms(run.config, run.model)):
+      return run_loop(run, workdir, stop, retried_before)
