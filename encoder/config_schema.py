@@ -258,7 +258,8 @@ def shared_config(experiment: str, task: str) -> config_dict.ConfigDict:
   c.experiment = experiment
   c.task = task  # pretraining | electra | classification | tagging | span_qa | contrastive
   # A run (or converted Hugging Face model) whose encoder weights this run starts from; its
-  # architecture (model.*) and tokenizer come with them.
+  # architecture (model.*) and tokenizer come with them. Or a model on the Hub,
+  # hf://ORG/NAME[@REVISION]: launch.py converts it once and records hf://ORG/NAME@COMMIT.
   c.init_from = ''
   c.model = model_section()
   c.data = data_section()

@@ -15,7 +15,7 @@ DEV_SETS = ('auto', 'official', 'heldout')
 def suite_config() -> config_dict.ConfigDict:
   """Every suite setting, with its default."""
   c = config_dict.ConfigDict()
-  c.init_from = ''  # a workdir, one checkpoint step, a sweep folder, or a converted HF model
+  c.init_from = ''  # a workdir, one step, a sweep folder, a converted HF model or hf://ORG/NAME
   s = c.suite = config_dict.ConfigDict()
   s.seeds = 3  # fine-tuning seeds per task (train.seed = 0, 1, ...)
   s.tasks = ''  # comma-separated task names: replaces the named suite's list
