@@ -16,7 +16,8 @@ bound.
 The corpus is a value the user gives: the default is the embedded Python documentation, so the
 experiment loads (and `cram:smoke` runs) anywhere; the English text in `../shared` is the
 `text:` glob above (relative to the directory the command runs in). Its preparation (tokenizer,
-token shards, rows) happens once, before the clock starts; the budget counts training alone.
+token shards, rows) happens once, before the clock starts; the budget counts the training loop:
+its steps, compiles, evaluations and saves (docs/training.md#a-wall-clock-budget).
 
 The values below are starting points from the paper, to be chosen by a measured sweep; they
 are all set here, in `RECIPE`.

@@ -126,6 +126,8 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
   train_iter = run.data.train_iterator(run.data_state)
   evaluate = Evaluator(run.task, run.data, run.model, run.eval_step, t.eval_batches, workdir,
                        strategy, enabled=is_main)
+  if budget is not None:  # its clock times evaluations compiled, the final one too
+    evaluate.compile(run.state)
   best = BestMarker(workdir, t.best_metric if 'best_metric' in t else '', enabled=is_main)
   monitor, retries = faults.NonfiniteMonitor(bool(t.skip_nonfinite)), \
       RetryReport(progress, retried_before)
@@ -137,14 +139,14 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
       waited = time.perf_counter()
       batch = next(train_iter)
       waited = time.perf_counter() - waited
-      _note_length(batch, lengths, step, progress)
+      compiles = _note_length(batch, lengths, step, progress)
       if budget is None:
         state, sums = run.train_step(state, strategy.place_batch(batch))
       else:
         state, sums = run.train_step(state, strategy.place_batch(batch),
                                      np.float32(budget.progress(step)))
         jax.block_until_ready(previous)  # the clock reads finished work, one step behind
-        budget.stepped()
+        budget.stepped(compiled=compiles)
         previous = sums
       step += 1
       monitor.add(step, sums)
@@ -152,7 +154,8 @@ def run_loop(run: RunSetup, workdir: str, stop, retried_before: dict[str, int]) 
       progress.update(step)
       if step == t.stop_at_step and not stop.signal:
         stop.signal = f'train.stop_at_step={step}'
-      last = step == t.num_steps or (budget is not None and budget.should_end())
+      last = step == t.num_steps or (budget is not None and budget.should_end(
+          evaluating=step % t.eval_every == 0, saving=step % t.checkpoint_every == 0))
       logged, evaluated = step % t.log_every == 0 or last, step % t.eval_every == 0 or last
       # Read once (a later signal is handled next step), and agreed by every host.
       stopping = distributed.agreed_stop(stop.signal, logged or step == t.stop_at_step)
@@ -276,14 +279,16 @@ def token_masks(batch: dict) -> list:
   return [v for k, v in sorted(batch.items()) if k == 'input_mask' or k.endswith('_mask')]
 
 
-def _note_length(batch: dict, lengths: set, step: int, progress: Progress) -> None:
-  """Says when a batch brings a sequence length not seen yet: the step compiles again."""
+def _note_length(batch: dict, lengths: set, step: int, progress: Progress) -> bool:
+  """Says when a batch brings a sequence length not seen yet: the step compiles again (True)."""
   shape = tuple(m.shape[-1] for m in token_masks(batch))
-  if shape not in lengths:
-    lengths.add(shape)
-    length = shape[0] if len(shape) == 1 else 'x'.join(map(str, shape))
-    progress.write(f'step {step + 1}: compiling the train step for sequence length '
-                   f'{length} ({len(lengths)} so far)')
+  if shape in lengths:
+    return False
+  lengths.add(shape)
+  length = shape[0] if len(shape) == 1 else 'x'.join(map(str, shape))
+  progress.write(f'step {step + 1}: compiling the train step for sequence length '
+                 f'{length} ({len(lengths)} so far)')
+  return True
 
 
 def input_bound(wait_per_step: float, steps_per_sec: float) -> bool:

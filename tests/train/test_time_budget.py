@@ -4,6 +4,8 @@ The clock is replaced (`time_budget.now`) by one that advances a fixed tick at e
 the runs are fast and their stops do not depend on the machine's speed.
 """
 
+import dataclasses
+import itertools
 import json
 
 import jax
@@ -16,7 +18,7 @@ from encoder import config_schema, configs
 from encoder.checkpoint_files import newest_data_state
 from encoder.errors import ConfigError
 from encoder.sweep import status as sweep_status
-from encoder.train import optim, time_budget
+from encoder.train import optim, time_budget, trainer
 from encoder.train.metric_writer import read_metrics
 from encoder.train.optim import budgeted_learning_rate, learning_rate_schedule, make_optimizer
 from encoder.train.resolve import resolve_config
@@ -126,28 +128,187 @@ def test_without_a_budget_the_optimizer_is_the_base_one_and_takes_no_progress():
 
 
 def test_the_clock_keeps_a_reserve_for_the_final_evaluation_and_save(monkeypatch):
-  readings = iter([0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0, 30.0, 30.0, 30.0])
+  readings = iter([0.0, 10.0, 10.0, 20.0, 20.0, 30.0, 30.0, 30.0, 40.0, 40.0, 40.0])
   monkeypatch.setattr(time_budget, 'now', lambda: next(readings))
   budget = time_budget.TimeBudget(1.0, 1000, {'elapsed_s': 0.0})  # started at 0
   assert budget.progress(0) == pytest.approx(10 / 60)  # reads 10 s
+  budget.stepped()  # the first step (set-up and compile): no step's time yet
+  assert budget.step_s is None and budget.reserve_s == 0
   budget.stepped()  # a 10 s step
-  with budget.timed('eval'):  # 10 s, then a 0 s save
+  with budget.timed('eval'):  # a 10 s evaluation, then a 0 s save
     pass
   with budget.timed('save'):
     pass
-  assert budget.reserve_s == 10 and budget.step_s == 10
-  # At 30 s: 30 + 2 steps of 10 + the 10 s reserve = 60, not over the budget yet ...
-  assert not budget.should_end()
-  # ... the progress counts the budget less the reserve, and never falls.
-  assert budget.progress(0) == pytest.approx(30 / 50)
+  assert budget.step_s == 10 and budget.reserve_s == 10
+  # At 40 s: 40 + 2 steps of 10 + the 10 s reserve = 70, over the budget: it ends ...
+  assert budget.should_end()
+  # ... and the progress, 10 / 60 at the first reading (nothing timed, no reserve), adds the
+  # share of what was left for training (60 - 10 s reserved - 10 s spent) that 30 s took.
+  assert budget.progress(0) == pytest.approx(1 / 6 + 5 / 6 * 30 / 40)
   saved = json.loads(json.dumps(budget.state()))
-  assert saved['elapsed_s'] == 30 and saved['ended'] is False
+  assert saved['elapsed_s'] == 40 and saved['ended'] is True
 
+  saved['ended'] = False
   monkeypatch.setattr(time_budget, 'now', iter([100.0, 101.0, 101.0, 101.0]).__next__)
   resumed = time_budget.TimeBudget(1.0, 1000, saved)  # a new process: its clock starts anew
-  assert resumed.elapsed_s() == 31  # 30 s before, 1 s since
-  assert resumed.progress(0) == pytest.approx(31 / 50)
+  assert resumed.elapsed_s() == 41  # 40 s before, 1 s since
+  # 1 s of the 10 left for training (60 - the 10 s reserve - 40 spent).
+  assert resumed.progress(0) == pytest.approx(saved['progress'] + (1 - saved['progress']) / 10)
   assert resumed.progress(990) == pytest.approx(0.99)  # the step fraction, when larger
+
+
+class ModelledClock:
+  """A clock that moves only by the work a test says was done."""
+
+  def __init__(self):
+    self.t = 0.0
+
+  def __call__(self) -> float:
+    return self.t
+
+
+def simulate(budget, clock, step_s=0.5, compile_s=30.0, recompile_at=0, eval_every=200,
+             eval_s=3.0, eval_compile_s=6.0, save_s=1.0):
+  """The loop's calls on `budget` (run_loop's order) with modelled times: the evaluation
+  compiled first, the first step compiling for `compile_s` and the step at `recompile_at`
+  for a third of it; every `eval_every` steps an evaluation and a save. Returns {step: (the
+  progress the update after it was given, the elapsed seconds and the reserve then)}."""
+  seen, step = {}, 0
+  clock.t += eval_compile_s
+  while not budget.ended:
+    seen[step] = (budget.progress(step), budget.elapsed_s(), budget.reserve_s)
+    compiles = step == 0 or step + 1 == recompile_at
+    clock.t += step_s + (compile_s if step == 0 else compile_s / 3 if compiles else 0.0)
+    budget.stepped(compiled=compiles)
+    step += 1
+    last = budget.should_end(evaluating=step % eval_every == 0, saving=step % eval_every == 0)
+    if step % eval_every == 0 or last:
+      with budget.timed('eval'):
+        clock.t += eval_s
+      with budget.timed('save'):
+        clock.t += save_s
+  return seen
+
+
+def assert_progress_follows_the_clock(seen, budget_s=360.0):
+  """Each reading adds the share of the time left for training (the budget less the reserve)
+  that the time since the last reading took (at most 1): no reading jumps."""
+  for (p0, e0, _), (p1, e1, reserve) in itertools.pairwise(seen[k] for k in sorted(seen)):
+    expected = min(1.0, p0 + (1 - p0) * (e1 - e0) / (budget_s - reserve - e0))
+    assert p1 == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_compile_is_not_a_step_and_a_short_run_trains_to_its_budget(monkeypatch):
+  # A 6-minute run whose first step compiles for 30 s, 0.5 s steps, 20 evaluation batches, an
+  # evaluation only at the end: timing the compile as a step reserved 21 x 30 s, more than the
+  # budget, and ended the run after its first step.
+  clock = ModelledClock()
+  monkeypatch.setattr(time_budget, 'now', clock)
+  budget = time_budget.TimeBudget(6.0, 100_000, eval_batches=20)
+  seen = simulate(budget, clock, eval_every=10_000)
+  last = max(seen)
+  # The evaluation's compile (6 s) and the first step count in the clock (36.5 s of 360,
+  # before anything is timed) ...
+  assert seen[1][:2] == pytest.approx((36.5 / 360, 36.5))
+  # ... and after it the steps' 0.5 s say the rest: 20 evaluation batches and a save are
+  # reserved, and each step adds its share of the time left, the same every step.
+  reserve = 20 * 0.5 + 0.5
+  assert budget.step_s == 0.5
+  np.testing.assert_allclose([r for _, _, r in list(seen.values())[2:]], reserve)
+  assert_progress_follows_the_clock(seen)
+  steps = np.diff([seen[k][0] for k in range(2, last + 1)])
+  np.testing.assert_allclose(steps, (1 - 36.5 / 360) * 0.5 / (360 - reserve - 36.5), rtol=1e-6)
+  # It trains until two steps and the reserve are left, its decay done, then evaluates (3 s,
+  # compiled before the first step) and saves (1 s) within the budget.
+  end_of_training = seen[last][1] + 0.5
+  assert 360 - reserve - 2 * 0.5 < end_of_training <= 360 - reserve - 2 * 0.5 + 0.5
+  assert last > 550 and seen[last][0] > 0.99
+  assert clock.t == pytest.approx(end_of_training + 4) and clock.t <= 360
+
+
+def test_a_recompile_and_a_first_evaluation_do_not_move_the_schedule(monkeypatch):
+  # A first evaluation at step 200 (3 s, compiled before the first step) and a recompile at
+  # step 300 (10 s, counted in the clock but not taken as a step's time).
+  clock = ModelledClock()
+  monkeypatch.setattr(time_budget, 'now', clock)
+  budget = time_budget.TimeBudget(6.0, 100_000, eval_batches=20)
+  seen = simulate(budget, clock, recompile_at=300)
+  assert seen[150][2] == pytest.approx(20 * 0.5 + 0.5)  # as above, before evaluating
+  # Timed, the evaluation's 3 s and the save's 1 replace the guess.
+  assert seen[250][2] == pytest.approx(3 + 1)
+  assert seen[250][1] == pytest.approx(6 + 30 + 0.5 * 250 + 3 + 1)
+  assert seen[350][2] == pytest.approx(3 + 1)  # the recompile's 10.5 s were not a step's time
+  assert seen[350][1] == pytest.approx(seen[250][1] + 0.5 * 100 + 10)
+  # None of these moved the progress: each reading added the share of the time left that its
+  # time took, a changed reserve changing only the pace of what is left.
+  assert_progress_follows_the_clock(seen)
+  # The evaluation due after step 600 fell where the time left held it but not another: it
+  # was the final one (a step more and a final evaluation after it ended 2.5 s over).
+  assert max(seen) == 599 and clock.t <= 360 and seen[599][0] > 0.99
+
+
+def test_the_loop_takes_no_compile_for_a_step(tmp_path, corpus, cache_dir, monkeypatch):
+  # The real loop with a clock that models its train step: 3 s a step, the first 30 s more
+  # (its compile), the first of 32-token rows 10 s more (a recompile after 20 steps of 16).
+  clock = ModelledClock()
+  monkeypatch.setattr(time_budget, 'now', clock)
+  run_loop = trainer.run_loop
+
+  def modelled(run, *args):
+    lengths = set()
+
+    def train_step(state, batch, progress):
+      length = batch['input_mask'].shape[-1]
+      clock.t += 3.0 + (30.0 if not lengths else 0.0 if length in lengths else 10.0)
+      lengths.add(length)
+      return run.train_step(state, batch, progress)
+
+    return run_loop(dataclasses.replace(run, train_step=train_step), *args)
+
+  monkeypatch.setattr(trainer, 'run_loop', modelled)
+  train(tmp_path / 'w', corpus, cache_dir, 'train.max_minutes=6', 'train.num_steps=1000',
+        'train.log_every=1', 'train.eval_every=1000', 'train.checkpoint_every=1000',
+        'train.eval_batches=20', 'data.first_phase_seq_length=16', 'data.first_phase_steps=20')
+  records = read_metrics(str(tmp_path / 'w'), 'train')
+  # The elapsed seconds each update's progress was read at (the records' are read after it).
+  before = [0.0] + [r['elapsed_minutes'] * 60 for r in records[:-1]]
+  np.testing.assert_allclose(np.diff(before[1:]), [3.0] * 19 + [13.0] + [3.0] * (len(records)
+                                                                                 - 22))
+  progress = [r['schedule_progress'] for r in records]
+  assert progress[1] == pytest.approx(33 / 360)  # step 1 counted, nothing timed yet
+  # From then on each update adds its share of the time left for training: the budget less
+  # 20 evaluation batches of 3 s steps and a save. Timing the compile as a step reserved
+  # 21 x 33 s, and the run ended after its first step.
+  reserve = 20 * 3 + 3
+  for k in range(2, len(records)):
+    left = 360 - reserve - before[k - 1]
+    assert progress[k] == pytest.approx(
+        progress[k - 1] + (1 - progress[k - 1]) * (before[k] - before[k - 1]) / left)
+  # It trained to its budget: until two steps and the reserve were left, its decay all but
+  # done (the last update's progress was read three steps before the reserve).
+  assert 360 - reserve - 6 < records[-1]['elapsed_minutes'] * 60 <= 360 - reserve - 3
+  assert records[-1]['step'] > 60 and progress[-1] > 0.96
+
+
+def test_a_resumed_clock_counts_the_save_that_wrote_it(monkeypatch):
+  clock = ModelledClock()
+  monkeypatch.setattr(time_budget, 'now', clock)
+  budget = time_budget.TimeBudget(6.0, 100_000)
+  for _ in range(3):
+    clock.t += 2.0
+    budget.stepped()
+  # The clock is read as a save starts (the checkpoint holds it), and the save takes 3 s.
+  with budget.timed('save'):  # the first: counted as long as a step, 2 s
+    first = budget.state()
+    clock.t += 3.0
+  with budget.timed('save'):  # the next: as long as the last save, 3 s
+    second = budget.state()
+    clock.t += 3.0
+  assert first['elapsed_s'] == pytest.approx(6 + 2)
+  assert second['elapsed_s'] == pytest.approx(9 + 3)
+  clock.t = 100.0
+  resumed = time_budget.TimeBudget(6.0, 100_000, second)
+  assert resumed.elapsed_s() == pytest.approx(12)  # what the first process spent, its save too
 
 
 def budgeted_run(workdir, corpus, cache_dir, monkeypatch, *extra, tick=0.05):
@@ -209,8 +370,9 @@ def test_a_resumed_budgeted_run_continues_its_clock(tmp_path, corpus, cache_dir,
   after = [r for r in records if r['step'] > 10]
   assert after[0]['elapsed_minutes'] * 60 > spent['elapsed_s']
   # It ends where the uninterrupted run did, give or take the readings of the stop and resume
-  # (a clock restarted from zero would have run 10 more steps).
-  assert abs(records[-1]['step'] - straight_end) <= 2
+  # and the stop's save, counted as long as a step (here 6 readings; it took 2): a clock
+  # restarted from zero would have run 10 more steps.
+  assert abs(records[-1]['step'] - straight_end) <= 3
   assert records[-1]['elapsed_minutes'] <= 0.2
 
 
