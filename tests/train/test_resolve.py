@@ -151,3 +151,19 @@ def test_a_config_json_of_an_earlier_version_is_completed_and_resumes(tmp_path):
   other = resolve.resolve_config(_config('mlm_nsp_tiny:smoke', 'model.pooling=mean'))
   with pytest.raises(ConfigError, match="model.pooling='cls' there, 'mean' here"):
     check_workdir(other, str(tmp_path))
+
+
+def test_a_run_resumes_with_another_attention_form_tile_or_remat(tmp_path):
+  # How attention is computed and whether activations are recomputed are the machine's
+  # choices: a run started one way resumes another (more memory, another kernel).
+  config = resolve.resolve_config(_config('mlm_nsp_tiny:smoke'))
+  saved = config.to_dict()
+  saved['model']['vocab_size'] = 512
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  for change in ('model.attention_impl=explicit', 'model.attention_block_size=64',
+                 'model.remat=true'):
+    changed = resolve.resolve_config(_config('mlm_nsp_tiny:smoke', change))
+    assert check_workdir(changed, str(tmp_path)) is not None, change
+  other = resolve.resolve_config(_config('mlm_nsp_tiny:smoke', 'model.local_window=8'))
+  with pytest.raises(ConfigError, match='model.local_window=0 there, 8 here'):
+    check_workdir(other, str(tmp_path))
