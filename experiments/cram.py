@@ -70,10 +70,13 @@ ELECTRA = {
     'task': 'electra',
     'data.mask_token_prob': 0.85,
     'data.random_token_prob': 0.0,
+    # A quarter-width generator (32 wide, 1 head): in 250-step probes its discriminator was
+    # ahead of a half-width generator's on held-out loss and recall, on either generator's
+    # corrupted rows (0.380 / 0.045 against 0.390 / 0.001)
     'electra.generator_size': 0.25,
     'electra.discriminator_weight': 50.0,
     'electra.embedding_sharing': 'shared',
-    'train.learning_rate': 2e-3,
+    'train.learning_rate': 2e-3,  # the MLM recipe's; ahead of 1e-3 in the same probes
 }
 
 
