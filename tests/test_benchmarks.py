@@ -494,3 +494,15 @@ def test_embed_speed_bfloat16_runs_ours_and_sentence_transformers_in_bfloat16(ca
   # Both sides round to bfloat16 (float32 agrees within 1e-4), but compute the same vectors.
   assert all(1e-4 < a['max_abs_diff_vs_st'] < 0.05 and a['docs_per_s'] > 0 for a in arms[:2])
   assert breakdown['breakdown'] == 'packed' and breakdown['dtype'] == 'bfloat16'
+
+
+def test_tpu_plan_reads_need_as_affine_in_batch_and_depth():
+  """tpu_plan's line: four compiles at two batches and two depths give a + b L + (c + d L) B
+  exactly, so the full depth's need at any batch follows."""
+  from benchmarks.tpu_plan import bilinear
+
+  def need(batch, layers):
+    return 1000 + 70 * layers + (5 + 3 * layers) * batch
+  points = {(b, layers): need(b, layers) for b in (2, 8) for layers in (2, 4)}
+  a, b, c, d = bilinear(points)
+  assert (a + b * 12 + (c + d * 12) * 40) == pytest.approx(need(40, 12))

@@ -6,7 +6,8 @@ autotuned, docs/scaling.md).
 
 The top-level computations (the entry, loop bodies and conditions, called computations) are
 what runs as kernels; a fusion's own computation runs inside its one kernel, so its ops count
-as products or PRNG work but not as kernels.
+as products or PRNG work but not as kernels. PRNG work is counted in ops and in the elements
+they produce (a mask-sized op against a key's few words).
 """
 
 from __future__ import annotations
@@ -21,6 +22,24 @@ FUSION_KIND = re.compile(r'kind=k(\w+)')
 TARGET = re.compile(r'custom_call_target="([^"]+)"')
 BACKEND_KIND = re.compile(r'"fusion_backend_config":\{"kind":"([^"]+)"')  # GPU custom fusions
 CUBLAS = ('__cublas$gemm', '__cublas$lt$matmul')
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute')
+# Dropout's masks (jax.random.bernoulli): threefry's hash inlined as plain integer ops, or
+# XLA's RngBitGenerator (train.rng_impl), which a GPU compiler expands to Philox's ops; each
+# op is told by the call its op_name metadata names.
+PRNG_SOURCES = {'dropout_mask': 'jit(_bernoulli)', 'rng_bit_generator': 'rng_bit_generator'}
+SHAPE = re.compile(r'^[a-z]\w*\[([\d,]*)\]')
+
+
+def elements(line: str) -> int:
+  """The elements of an instruction's (array) result: 'u32[64,128]{1,0} xor(...)' -> 8192."""
+  found = SHAPE.match(line.partition(' = ')[2])
+  if not found:
+    return 0
+  dims = [int(d) for d in found.group(1).split(',') if d]
+  total = 1
+  for d in dims:
+    total *= d
+  return total
 
 
 def computations(text: str) -> dict[str, list[str]]:
@@ -69,15 +88,14 @@ def structure(text: str) -> dict:
         calls[target] += 1
         if target in CUBLAS:
           products['cublas'] += 1
-      elif top and op in ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all',
-                          'collective-permute', 'while'):
-        kernels[op] += 1
+      elif top and op.removesuffix('-start') in COLLECTIVES + ('while',):
+        kernels[op.removesuffix('-start')] += 1  # an asynchronous one counted at its start
       if op in ('dot', 'convolution'):
         products[op] += 1
-      elif op == 'rng-bit-generator':
-        prng['rng_bit_generator'] += 1
-      elif op in ('xor', 'shift-right-logical', 'shift-left'):
-        prng['bit_ops'] += 1
+      for source, tag in PRNG_SOURCES.items():
+        if tag in line:
+          prng[f'{source}_ops'] += 1
+          prng[f'{source}_elements'] += elements(line)
   attention = {target: n for target, n in calls.items()
                if 'fmha' in target.lower() or 'attention' in target.lower()
                or target == 'tpu_custom_call'}

@@ -27,6 +27,7 @@ from encoder.errors import ConfigError
 
 TPU_NAME = re.compile(r'^(v\d+[a-z]*):(\d+(?:x\d+){1,2})$')
 GPU_NAME = re.compile(r'^h100(?::(\d+))?$')
+MEGACORE = ('v4', 'v5p')  # TPU generations whose runtime makes one device of two cores
 EXAMPLES = 'v5e:2x2, v5e:4x4, v4:2x2x1, v5p:2x2x1, v6e:2x2, h100 or h100:8'
 TPU_INSTALL = 'pip install -r requirements-tpu.txt (libtpu, the TPU compiler)'
 GPU_INSTALL = 'pip install -r requirements-cuda.txt (the CUDA plugin and its wheels, ~6 GB)'
@@ -114,9 +115,13 @@ def _tpu_target(name: str) -> Target:
   # libtpu's lock file refuses every process but the first, though none of them opens a chip.
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   from jax.experimental import topologies  # lazy: JAX only for the commands that compile
+  # One device a chip where JAX's runtime makes one of a chip's two TensorCores (megacore:
+  # a v4-8 VM has 4 devices); libtpu's description has a device a core unless told.
+  chips = {'chip_config_name': 'megacore'} if name.split(':')[0] in MEGACORE else {}
   try:
     with _quiet_native_stderr():  # libtpu's start-up warnings about the TPU it is not on
-      devices = topologies.get_topology_desc(topology_name=name, platform='tpu').devices
+      devices = topologies.get_topology_desc(topology_name=name, platform='tpu',
+                                             **chips).devices
   except Exception as e:  # noqa: BLE001  (JaxRuntimeError: the compiler's own reason)
     raise ConfigError(f'--compile_for {name}: libtpu does not know this topology '
                       f'({_first_line(e)}); try one of {EXAMPLES}') from None

@@ -287,3 +287,20 @@ def test_the_pmap_strategy_laid_out_on_devices_steps_as_pmap_does():
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-7)
   for key, value in got_sums.items():
     np.testing.assert_allclose(np.asarray(value), np.asarray(want_sums[key])[0], rtol=1e-5)
+
+
+@pytest.mark.slow  # five to eight compiles of the tiny model
+def test_fit_answers_a_batch_that_compiles_and_one_more_row_a_device_does_not(v5e, tmp_path,
+                                                                              own_log):
+  overrides = ['--config.model.attention_impl=explicit', '--config.data.max_seq_length=512',
+               '--config.model.max_position_embeddings=512']
+  launch.run(['--exp', 'mlm_nsp_tiny:smoke', '--compile_for', 'v5e:2x2', '--fit', '--workdir',
+              str(tmp_path), *overrides])
+  report = json.loads((tmp_path / 'compile' / 'v5e:2x2' / 'report.json').read_text())
+  largest = report['largest_batch']
+  assert report['fits'] and report['global_batch'] == largest
+  assert len(report['fit_attempts']) <= 8
+  config = _config('mlm_nsp_tiny:smoke', *(o.removeprefix('--config.') for o in overrides),
+                   f'train.batch_size={largest + 4}')
+  above = compile_report.compile_train_step(setup_for_target(config, v5e), v5e)
+  assert not compile_report.fits(above, v5e)

@@ -1,0 +1,295 @@
+"""The plan of the mission's runs on TPU slices, from the TPU compiler on this host (libtpu):
+for each model and length, with and without remat, the largest per-chip batch whose train step
+fits each topology, and the memory at it.
+
+  python -m benchmarks.tpu_plan                      # every cell, resumed from --out
+  python -m benchmarks.tpu_plan --cells mlm_nsp_base:512 --topologies v5e:2x2 --table
+
+Compiles are slow here (mlm_nsp_base's step takes minutes, a 22-layer one at 8,192 tokens ten
+and more on a shared 2-core host), so the search needs few of them. What a step needs a chip
+is close to affine in the per-chip batch B and in the number of layers L (the state, the
+gradients and the saved activations are per layer; one layer's working set is not):
+
+  need(B, L) = a + b L + (c + d L) B
+
+Four compiles of the model cut to two small depths (2 and 4 layers for BERT, 3 and 6 for the
+modern models, which keeps their one-global-in-three pattern) at two batches give a, b, c, d
+from the compiler; the largest B under the chip's HBM at the full depth follows by arithmetic
+(`predicted`). A compile of the full model at that batch (and one row more) then confirms it
+(`compiled`), where the budget of compiles allows (`--confirm`). The table says which is which.
+The parameters and optimizer state are the compiler's sizes for those arguments alone; model
+FLOPs are arithmetic (encoder/modules/flops.py).
+
+Every compile is one JSON line in --out, written as it finishes: a second run resumes, reading
+what is there. Under pmap (data parallel) every chip runs the same program on its own rows,
+so a topology's answer is a per-chip batch; the global batch is that times the chips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import jax
+
+from encoder import configs
+from encoder.modules.flops import model_flops
+from encoder.tasks.pretraining import max_predictions
+from encoder.train import compile_report, targets
+from encoder.train.resolve import resolve_config
+from encoder.train.run_setup import setup_for_target
+
+CELLS = ('mlm_nsp_base:512', 'mlm_modern_base:8192', 'mlm_modern_base:512', 'mlm_nsp_large:512',
+         'mlm_modern_large:512', 'mlm_modern_large:8192')
+TOPOLOGIES = ('v5e:2x2', 'v6e:2x2', 'v5p:2x2x1', 'v4:2x2x1')
+GIB = 2 ** 30
+
+
+def small_depths(exp: str) -> tuple[int, int]:
+  """Two depths that keep the model's pattern of layers: the modern models' every-third global
+  layer needs multiples of 3."""
+  return (3, 6) if 'modern' in exp else (2, 4)
+
+
+def small_batches(seq: int) -> tuple[int, int]:
+  """Two per-chip batches for the line: far enough apart to read its slope."""
+  return (1, 2) if seq > 2048 else (2, 8)
+
+
+def config_of(exp: str, seq: int, remat: bool, dtype: str, layers: int | None, batch: int):
+  config = configs.load_experiment(exp)
+  overrides = [f'data.max_seq_length={seq}', f'model.remat={str(remat).lower()}',
+               f'model.dtype={dtype}', f'train.batch_size={batch}']
+  if layers:
+    overrides.append(f'model.num_layers={layers}')
+  configs.apply_overrides(config, overrides)
+  return resolve_config(config)
+
+
+class Plan:
+  """The compiles made so far (read from `path`, appended as they finish)."""
+
+  def __init__(self, path: str, dtype: str, budget: int):
+    self.path, self.dtype, self.budget, self.made = path, dtype, budget, 0
+    self.records = {}
+    if os.path.exists(path):
+      with open(path) as f:
+        for line in f:
+          record = json.loads(line)
+          self.records[self.key(**{k: record[k] for k in (
+              'exp', 'seq', 'remat', 'topology', 'layers', 'per_chip_batch')})] = record
+    self.targets = {}
+
+  def key(self, exp, seq, remat, topology, layers, per_chip_batch):
+    return (exp, seq, bool(remat), self.dtype, topology, layers or 0, per_chip_batch)
+
+  def target(self, name: str) -> targets.Target:
+    if name not in self.targets:
+      self.targets[name] = targets.target(name)
+    return self.targets[name]
+
+  def compile(self, exp, seq, remat, topology, layers, per_chip_batch) -> dict | None:
+    """The train step's memory at this point (a cached record, or a new compile); None once
+    the budget of new compiles is spent."""
+    key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
+    if key in self.records:
+      return self.records[key]
+    if self.made >= self.budget:
+      return None
+    target = self.target(topology)
+    config = config_of(exp, seq, remat, self.dtype, layers,
+                       per_chip_batch * len(target.devices))
+    run = setup_for_target(config, target)
+    load = os.getloadavg()[0]
+    attempt = compile_report.compile_train_step(run, target)
+    self.made += 1
+    record = {'exp': exp, 'seq': seq, 'remat': bool(remat), 'dtype': self.dtype,
+              'topology': topology, 'layers': layers or 0, 'per_chip_batch': per_chip_batch,
+              'hbm_bytes': target.hbm_bytes, 'need_bytes': attempt.need,
+              'fits': compile_report.fits(attempt, target),
+              'compile_s': round(attempt.seconds, 1), 'load_average': round(load, 1)}
+    if attempt.memory is not None:
+      record.update(arguments=attempt.memory.arguments, temporaries=attempt.memory.temporaries,
+                    code=attempt.memory.code, outputs=attempt.memory.outputs,
+                    aliased=attempt.memory.aliased)
+      if not layers:  # the full model: the state's own sizes, once
+        record.update(params=compile_report.argument_bytes([run.state.params]),
+                      optimizer=compile_report.argument_bytes([run.state.opt_state]))
+    self.records[key] = record
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(record) + '\n')
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def bilinear(points: dict[tuple[int, int], int]) -> tuple[float, float, float, float]:
+  """a, b, c, d of need = a + b L + (c + d L) B through four points {(B, L): need}."""
+  (b1, l1), (b2, l2) = min(points), max(points)
+  n11, n21, n12, n22 = (points[(b1, l1)], points[(b2, l1)], points[(b1, l2)],
+                        points[(b2, l2)])
+  slope1, slope2 = (n21 - n11) / (b2 - b1), (n22 - n12) / (b2 - b1)  # per row, at l1 and l2
+  d = (slope2 - slope1) / (l2 - l1)
+  c = slope1 - d * l1
+  fixed1, fixed2 = n11 - slope1 * b1, n12 - slope2 * b1
+  b = (fixed2 - fixed1) / (l2 - l1)
+  return fixed1 - b * l1, b, c, d
+
+
+def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confirm: str,
+              line_topology: str) -> dict:
+  """One cell: the line from four small compiles (on `line_topology`: this topology, or the
+  reference one whose chips lay the same program out), the predicted largest per-chip batch at
+  the full depth under this topology's HBM, and the confirming compiles `confirm` asks for
+  (none | fit | boundary)."""
+  full = config_of(exp, seq, remat, plan.dtype, None, 1)
+  layers = full.model.num_layers
+  cell = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': plan.dtype, 'topology': topology,
+          'layers': layers}
+  points = {}
+  for depth in small_depths(exp):
+    for batch in small_batches(seq):
+      record = plan.compile(exp, seq, remat, line_topology, depth, batch)
+      if record is None or record['need_bytes'] is None:
+        return {**cell, 'status': 'incomplete (compile budget)' if record is None
+                else 'a small compile was refused without figures'}
+      points[(batch, depth)] = record['need_bytes']
+  a, b, c, d = bilinear(points)
+  fixed, per_row = a + b * layers, c + d * layers
+  hbm = plan.target(topology).hbm_bytes
+  predicted = max(0, math.floor((hbm - fixed) / per_row)) if per_row > 0 else None
+  cell.update(status='predicted', line_from=line_topology, hbm_bytes=hbm,
+              fixed_bytes=round(fixed),
+              per_row_bytes=round(per_row), predicted_batch=predicted,
+              predicted_need_bytes=round(fixed + per_row * (predicted or 0)))
+  if confirm != 'none' and predicted:
+    found = confirm_at_full_depth(plan, cell, predicted, per_row, hbm, confirm == 'boundary')
+    if found is not None:
+      batch, record, next_refused = found
+      cell.update(status='compiled', largest_per_chip_batch=batch, next_refused=next_refused,
+                  **{k: record.get(k) for k in ('need_bytes', 'params', 'optimizer',
+                                                'temporaries', 'code', 'compile_s')})
+  if 'largest_per_chip_batch' not in cell:
+    cell['largest_per_chip_batch'] = predicted
+  chips = len(plan.target(topology).devices)
+  batch = cell['largest_per_chip_batch'] or 0
+  cell['global_batch'] = batch * chips
+  model = setup_for_target(config_of(exp, seq, remat, plan.dtype, None, chips),
+                           plan.target(topology)).model
+  cell['model_flops_per_step'] = model_flops(model.config, batch * chips, seq,
+                                             max_predictions(full))
+  return cell
+
+
+FULL_COMPILES = 4  # a cell's full-depth compiles, at most
+
+
+def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float, hbm: int,
+                          boundary: bool):
+  """Full-depth compiles from the predicted batch toward the largest that fits: each next
+  batch where the line through the two nearest full-depth answers (the small compiles' slope
+  while there is one) meets the HBM; with `boundary`, until a refused batch lies one row
+  above a fitting one. Returns (batch, its record, whether batch + 1 was refused (None: not
+  compiled)), or None when nothing fit within the compiles allowed."""
+  exp, seq, remat, topology = cell['exp'], cell['seq'], cell['remat'], cell['topology']
+  needs, batch = {}, predicted
+  for _ in range(FULL_COMPILES):
+    record = plan.compile(exp, seq, remat, topology, None, batch)
+    if record is None or record['need_bytes'] is None:
+      break
+    needs[batch] = (record['need_bytes'], record['fits'])
+    low = max((b for b, (_, ok) in needs.items() if ok), default=0)
+    high = min((b for b, (_, ok) in needs.items() if not ok), default=None)
+    if low and (not boundary or high == low + 1):
+      break
+    known = sorted((b, n) for b, (n, _) in needs.items())
+    nearest = sorted(known, key=lambda k: abs(k[1] - hbm))[:2]
+    slope = per_row
+    if len(nearest) == 2 and nearest[0][0] != nearest[1][0]:
+      (b1, n1), (b2, n2) = sorted(nearest)
+      slope = (n2 - n1) / (b2 - b1) if n2 > n1 else per_row
+    b0, n0 = nearest[0]
+    batch = math.floor(b0 + (hbm - n0) / slope)
+    batch = max(batch, low + 1)
+    if high is not None:
+      batch = min(batch, high - 1)
+    if batch < 1 or batch in needs:
+      break
+  fitting = [b for b, (_, ok) in needs.items() if ok]
+  if not fitting:
+    return None
+  best = max(fitting)
+  above = needs.get(best + 1)
+  return (best, plan.records[plan.key(exp, seq, remat, topology, None, best)],
+          None if above is None else not above[1])
+
+
+def markdown(cells: list[dict]) -> str:
+  """The plan as docs/scaling.md shows it."""
+  lines = ['| model | tokens | remat | topology | per-chip batch | global | params + opt GiB '
+           '| temporaries GiB | total / HBM GiB | model TFLOPs a step | source |',
+           '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+  for c in cells:
+    if c.get('largest_per_chip_batch') is None:
+      lines.append(f"| {c['exp']} | {c['seq']} | {c['remat']} | {c['topology']} | - | - | - | "
+                   f"- | - | - | {c['status']} |")
+      continue
+    compiled = c['status'] == 'compiled'
+    state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
+    need = c['need_bytes'] if compiled else c['predicted_need_bytes']
+    temporaries = f"{c['temporaries'] / GIB:.2f}" if compiled else '-'
+    source = ('compiled' + (', one row more refused' if c.get('next_refused') else '')
+              if compiled else f"predicted ({c['line_from']}'s line)")
+    lines.append(
+        f"| {c['exp']} | {c['seq']} | {'on' if c['remat'] else 'off'} | {c['topology']} | "
+        f"{c['largest_per_chip_batch']} | {c['global_batch']} | "
+        f"{'-' if state is None else f'{state:.2f}'} | {temporaries} | "
+        f"{need / GIB:.2f} / {c['hbm_bytes'] / GIB:.2f} | "
+        f"{c['model_flops_per_step'] / 1e12:.1f} | {source} |")
+  return '\n'.join(lines)
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--cells', default=','.join(CELLS), help='EXPERIMENT:TOKENS,...')
+  parser.add_argument('--topologies', default=','.join(TOPOLOGIES))
+  parser.add_argument('--remat', default='off,on')
+  parser.add_argument('--dtype', default='bfloat16', help='the compute dtype of the runs')
+  parser.add_argument('--confirm', default='boundary', choices=('none', 'fit', 'boundary'),
+                      help='full-depth compiles at the predicted batch (fit), and one row more '
+                      '(boundary)')
+  parser.add_argument('--confirm_on', default=TOPOLOGIES[0],
+                      help='the topologies whose cells get full-depth compiles (all: every one)')
+  parser.add_argument('--small_on', default='reference', choices=('reference', 'each'),
+                      help="the four small compiles on the first topology only, its line then "
+                      "read against every topology's HBM (reference), or on each topology")
+  parser.add_argument('--budget', type=int, default=1000, help='new compiles at most')
+  parser.add_argument('--out', default=os.path.join('runs', 'tpu_plan', 'compiles.jsonl'))
+  parser.add_argument('--table', action='store_true', help='print the markdown table at the end')
+  args = parser.parse_args(argv)
+  os.makedirs(os.path.dirname(args.out) or '.', exist_ok=True)
+  targets.target(args.topologies.split(',')[0])  # the host on its CPU, before JAX starts
+  print(f'# load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; jax '
+        f'{jax.__version__}; host backend {jax.default_backend()}', flush=True)
+  plan = Plan(args.out, args.dtype, args.budget)
+  cells = []
+  start = time.perf_counter()
+  for spec in args.cells.split(','):
+    exp, seq = spec.split(':')
+    for remat in [r == 'on' for r in args.remat.split(',')]:
+      for topology in args.topologies.split(','):
+        confirmed = args.confirm_on == 'all' or topology in args.confirm_on.split(',')
+        line = topology if args.small_on == 'each' else args.topologies.split(',')[0]
+        cell = plan_cell(plan, exp, int(seq), remat, topology,
+                         args.confirm if confirmed else 'none', line)
+        cells.append(cell)
+        print(json.dumps({'cell': cell}), flush=True)
+  print(f'# {plan.made} new compiles in {time.perf_counter() - start:.0f} s', flush=True)
+  if args.table:
+    print(markdown(cells))
+
+
+if __name__ == '__main__':
+  main()
