@@ -1,6 +1,8 @@
 """Replaced-token detection's pieces: sampling, corruption, the three embedding sharings, the
 loss and metrics, the delta's fold, and the task trained through the trainer."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -85,17 +87,20 @@ def test_sampling_follows_the_softmax():
       jnp.ones(10)).sum() == 0
 
 
-def _grads(sharing, loss_of):
-  """Gradients (unboxed) of one loss term with respect to every parameter."""
+@functools.cache
+def _grads(sharing):
+  """(the parameters, the gradients of the discriminator's loss, those of the generator's),
+  unboxed: both gradients in one compiled function per sharing, shared by the tests."""
   cfg, gen = _configs()
   model = ElectraForPretraining(cfg, gen, sharing)
   batch = _batch()
   params = nn.unbox(model.init(jax.random.key(0), batch)['params'])
 
-  def term(p):
+  def term(p, name):
     outputs = model.apply({'params': p}, batch)
-    return loss_of(electra.loss_and_metrics(outputs, batch)[1])
-  return params, jax.grad(term)(params)
+    return electra.loss_and_metrics(outputs, batch)[1][name]
+  both = jax.jit(lambda p: (jax.grad(term)(p, 'disc_loss'), jax.grad(term)(p, 'gen_mlm_loss')))
+  return (params, *both(params))
 
 
 def _norm(tree) -> float:
@@ -106,8 +111,7 @@ def _norm(tree) -> float:
 def test_no_gradient_reaches_the_generator_through_its_samples(sharing):
   """The discriminator's loss reads the generator's samples, never its logits: the generator's
   own layers and head get nothing from it, where they get the MLM loss's gradient."""
-  _, disc = _grads(sharing, lambda sums: sums['disc_loss'])
-  _, gen = _grads(sharing, lambda sums: sums['gen_mlm_loss'])
+  _, disc, gen = _grads(sharing)
   for group in ('generator_mlm', 'generator'):
     own = {k: v for k, v in disc[group].items() if k != 'embeddings'}
     assert _norm(own) == 0.0 and _norm(gen[group]) > 0
@@ -122,20 +126,17 @@ def test_sharing_modes_route_each_loss_to_its_embeddings():
       tree = tree[key]
     return _norm(tree)
   # shared: one table, both losses train it; the generator has no embeddings of its own.
-  params, disc = _grads('shared', lambda s: s['disc_loss'])
-  _, gen = _grads('shared', lambda s: s['gen_mlm_loss'])
+  params, disc, gen = _grads('shared')
   assert 'embeddings' not in params['generator']
   assert at(disc['encoder'], words) > 0 and at(gen['encoder'], words) > 0
   # disentangled: the generator's loss alone moves the shared table; the discriminator's
   # moves its delta (zero at the start), which the generator never reads.
-  params, disc = _grads('disentangled', lambda s: s['disc_loss'])
-  _, gen = _grads('disentangled', lambda s: s['gen_mlm_loss'])
+  params, disc, gen = _grads('disentangled')
   assert _norm(params['word_embedding_delta']) == 0.0
   assert at(disc['encoder'], words) == 0.0 and _norm(disc['word_embedding_delta']) > 0
   assert at(gen['encoder'], words) > 0 and _norm(gen['word_embedding_delta']) == 0.0
   # none: two embedding blocks, each trained by its own model's loss alone.
-  params, disc = _grads('none', lambda s: s['disc_loss'])
-  _, gen = _grads('none', lambda s: s['gen_mlm_loss'])
+  params, disc, gen = _grads('none')
   assert params['generator']['embeddings']['word_embeddings']['embedding'].shape == (VOCAB, 64)
   assert at(disc['generator'], words) == 0.0 and at(gen['generator'], words) > 0
   assert at(gen['encoder'], words) == 0.0 and at(disc['encoder'], words) > 0
