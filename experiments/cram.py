@@ -27,7 +27,8 @@ from encoder import config_schema
 from encoder.sweep.grid import Arm
 from experiments import _common, _variants
 
-DESCRIPTION = 'CPU-hour MLM recipe (Cramming scaled down): BERT-Tiny, 60 minutes wall clock'
+DESCRIPTION = ('CPU-hour MLM recipe (Cramming scaled down): BERT-Tiny, 60 minutes wall clock; '
+               'cram:electra: replaced-token detection instead')
 
 RECIPE = {
     # BERT-Tiny's shape (2 x 128): in 6-minute probes on the English corpus it reached held-out
