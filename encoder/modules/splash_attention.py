@@ -38,6 +38,13 @@ def splash_takes(head_dim: int) -> bool:
   return head_dim >= MIN_HEAD_DIM
 
 
+def kernel_blocks(length: int) -> tuple[int, int]:
+  """(the padded length, the kernel's block) for rows of `length`: whole 128-position blocks,
+  in the largest block of 512, 256 or 128 that divides them."""
+  padded = -(-length // LANES) * LANES
+  return padded, next(size for size in (512, 256, LANES) if padded % size == 0)
+
+
 def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                      mask: AttentionMask, *, interpret: bool = False) -> jax.Array:
   """Softmax(q k^T / sqrt(d)) v over the keys `mask` allows, [b, s, h, d] in and out."""
@@ -45,8 +52,7 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     splash_attention_kernel as kernels,
   )
   b, s, h, d = query.shape
-  padded = -(-s // LANES) * LANES
-  block = next(size for size in (512, 256, LANES) if padded % size == 0)
+  padded, block = kernel_blocks(s)
   kernel = kernels.make_splash_mha(
       _head_masks(mask, padded, h), head_shards=1, q_seq_shards=1, interpret=interpret,
       block_sizes=kernels.BlockSizes(

@@ -1,7 +1,7 @@
 """The blockwise form equals the explicit one: values and gradients, for every mask it skips
-by (global, local windows that do not divide the block, padding, packed rows, causal, rotary
-positions through the encoder), with attention dropout, and in bfloat16; and it keeps what it
-is for (a band's or a packed row's reach, memory linear in the length)."""
+by (global, local windows that do not divide the block or span several tiles, padding, packed
+rows, causal, rotary positions through the encoder), with attention dropout, and in bfloat16;
+and it keeps what it is for (a band's or a packed row's reach, memory linear in the length)."""
 
 import functools
 
@@ -17,7 +17,7 @@ from encoder.modules.blockwise_attention import (
   key_tiles_visited,
 )
 from encoder.modules.transformer import Encoder
-from tests.modules.helpers import tiny_config
+from tests.modules.helpers import blockwise_walk, runs_forms, tiny_config
 
 HEADS, HEAD_DIM = 3, 8
 
@@ -44,7 +44,10 @@ def packed_ids(batch, length, rng, tail=4):
 
 
 def make_mask(kind: str, batch: int, length: int, rng) -> AttentionMask:
-  causal, window = 'causal' in kind, 10 if 'window' in kind else 0
+  # A window of 10 on blocks of 8 takes the band layout (one tile per block); one of 24 is
+  # wider than a tile, so its blocks walk several tiles of 8 (`blockwise_walk`).
+  causal = 'causal' in kind
+  window = 24 if 'wide window' in kind else 10 if 'window' in kind else 0
   if 'packed' in kind:
     seg = packed_ids(batch, length, rng)
     return AttentionMask(jnp.asarray(seg > 0, jnp.int32), jnp.asarray(seg), causal=causal,
@@ -68,12 +71,20 @@ def loss_and_grads(fn, q, k, v, weights):
 
 
 # 37 positions in blocks of 8: five blocks, the last one partial; a window of 10 (5 each side)
-# does not divide the block.
-@pytest.mark.parametrize('kind', ['global', 'padded', 'window', 'padded window', 'causal',
-                                  'packed', 'packed causal', 'packed window'])
+# does not divide the block. Each kind takes the walk named (`blockwise_walk`): the whole row
+# one query block over 5 tiles, the band (one tile a block), or blocks over several tiles.
+WALKS = {'global': 'one query block', 'padded': 'one query block', 'window': 'band',
+         'padded window': 'band', 'causal': 'query blocks', 'packed': 'query blocks',
+         'packed causal': 'query blocks', 'packed window': 'band',
+         'wide window': 'query blocks', 'causal wide window': 'query blocks'}
+
+
+@pytest.mark.parametrize('kind', WALKS)
 def test_values_and_gradients_equal_the_explicit_form(kind):
   rng = np.random.default_rng(1)
   mask = make_mask(kind, 2, 37, rng)
+  walk, tiles = blockwise_walk(mask, 8)
+  assert walk == WALKS[kind] and (tiles == 1 if walk == 'band' else tiles > 1)
   q, k, v = inputs(2, 37)
   # Only real positions are read (a padding query's output is never used).
   real = (mask.input_mask != 0)[:, :, None, None] if 'padded' in kind or 'packed' in kind \
@@ -191,7 +202,8 @@ def test_the_encoder_with_rotary_local_layers_and_packed_rows_equals_the_explici
     out = model.apply(params, ids, None, **batch).sequence_output
     return jnp.sum(jnp.sin(out) * real)
 
-  got = jax.value_and_grad(functools.partial(loss, models['blockwise']))(variables)
+  with runs_forms(global_='blockwise', local='blockwise'):
+    got = jax.value_and_grad(functools.partial(loss, models['blockwise']))(variables)
   want = jax.value_and_grad(functools.partial(loss, models['explicit']))(variables)
   np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), got[1], want[1])
