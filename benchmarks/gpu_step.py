@@ -21,11 +21,14 @@ flushed as it comes:
 4. the variants (`VARIANTS`), each config overrides on the recipe (`train.rng_impl`,
    `model.attention_impl` from `ATTENTION_IMPLS`, `model.remat`, batch 256 and 512, attention
    dropout off) or the state not donated, one JSON line each with `python -m
-   benchmarks.train_step`'s keys (seq/s, MFU against the ceiling, ...), `vs_recipe` (its seq/s
-   over the recipe's at batch 128) and, where Hugging Face runs beside it, `BertForPreTraining`
-   (SDPA, torch AdamW, bf16 autocast) on the same batch with `ratio` = its step time over ours.
-   A variant the config refuses (a value not landed yet) or that fails (out of memory) is an
-   `error` line and the run goes on;
+   benchmarks.train_step`'s keys (seq/s, MFU against the ceiling, ...), `forms` (the form each
+   kind of layer ran, from `attention.layer_form`, as the run's log says it), `vs_recipe` (its
+   seq/s over the recipe's at batch 128) and, where Hugging Face runs beside it,
+   `BertForPreTraining` (SDPA, torch AdamW, bf16 autocast) on the same batch with `ratio` = its
+   step time over ours. A variant that would run what one before it ran (the same forms at the
+   same batch, nothing else changed: `model.attention_impl=explicit` where the recipe's cuDNN
+   is refused for its dropout and runs the explicit form) is a `skipped` line that names that
+   one; one that fails (out of memory) is an `error` line, and the run goes on;
 5. a closing table.
 
 LayerNorm and softmax: Flax's nn.LayerNorm with dtype=bfloat16 (encoder/modules/layers.py)
@@ -59,6 +62,7 @@ from benchmarks.common.profiled_step import GPU_PROFILE_OPTIONS, ProfiledStep, p
 from benchmarks.common.profiled_step import summary as profile_summary
 from benchmarks.common.step_timing import Ceiling, measure, torch_available
 from benchmarks.common.synthetic import bench_config, random_batch
+from encoder.modules.attention import forms_by_layer_kind
 from encoder.tasks import pretraining as task
 
 FULL = dict(size='base', seq=128, vocab=30522, batches=(128, 256, 512), steps=10, rounds=3,
@@ -70,9 +74,11 @@ REHEARSAL = dict(size='tiny', seq=32, vocab=1024, batches=(8, 16, 32), steps=1, 
                                                               'profile': 20})
 RECIPE = ('model.attention_dropout_rate=0.1', 'model.attention_impl=auto')
 
-# The model.attention_impl values run as variants beside the recipe's `auto`; one the config
-# refuses (not landed yet) is an `error` line.
+# The model.attention_impl values run as variants beside the recipe's `auto` (one that runs
+# the recipe's forms is skipped). Blockwise runs in tiles of half the row: at its default of
+# 256 a 128-token row takes the explicit form (`attention.layer_form`), the recipe's.
 ATTENTION_IMPLS = ('explicit', 'blockwise')
+IMPL_OVERRIDES = {'blockwise': ('model.attention_block_size={half_row}',)}
 # name: (what it changes, config overrides on the recipe, batch (index into the plan's
 # batches), Hugging Face beside it, state donated). In priority order: the budget cuts the last.
 VARIANTS = {
@@ -80,7 +86,8 @@ VARIANTS = {
     'rbg': ('train.rng_impl=rbg', ('train.rng_impl=rbg',), 0, False, True),
     'unsafe_rbg': ('train.rng_impl=unsafe_rbg', ('train.rng_impl=unsafe_rbg',), 0, False, True),
     'batch_256': ('batch 256', (), 1, True, True),
-    **{f'attention_{impl}': (f'model.attention_impl={impl}', (f'model.attention_impl={impl}',),
+    **{f'attention_{impl}': (f'model.attention_impl={impl}', (f'model.attention_impl={impl}',
+                                                              *IMPL_OVERRIDES.get(impl, ())),
                              0, False, True) for impl in ATTENTION_IMPLS},
     'no_donate': ('the state not donated to the step', (), 0, False, False),
     'remat': ('model.remat=true (each encoder block rematerialised)', ('model.remat=true',), 0,
@@ -130,6 +137,7 @@ def run_profile(plan: dict, keep_trace: str = '') -> tuple[dict, object]:
   row = {'profile': True, 'variant': 'recipe', 'batch': batch,
          'what': "BERT's recipe" + (', no command buffers' if options else ''),
          'attention_impl': task.build_model(config).config.attention_impl,
+         'forms': forms_ran(config),
          'platform': jax.default_backend(), 'compile_s': round(step.compile_s, 2),
          'profiled_steps': plan['profile_steps'],
          **profile_summary(step.times_ms(plan['profile_timed']), profiled)}
@@ -137,15 +145,47 @@ def run_profile(plan: dict, keep_trace: str = '') -> tuple[dict, object]:
   return row, step.hlo
 
 
+def forms_ran(config) -> str:
+  """The form each kind of layer runs in this config's train step (`attention.layer_form`),
+  as the run's log says it: `global explicit`, `global cudnn, local blockwise`."""
+  forms = forms_by_layer_kind(task.build_model(config).config, config.data.max_seq_length,
+                              packed=False, training=True)
+  return ', '.join(f'{kind} {form}' for kind, form in forms.items())
+
+
+def variant_overrides(name: str, plan: dict) -> list[str]:
+  """The recipe's overrides and the variant's, for the plan's row length."""
+  return [*RECIPE, *(o.format(half_row=plan['seq'] // 2) for o in VARIANTS[name][1])]
+
+
+def variant_config(name: str, plan: dict):
+  batch = plan['batches'][VARIANTS[name][2]]
+  return bench_config(plan['size'], plan['seq'], batch, 'bfloat16', plan['vocab'],
+                      variant_overrides(name, plan))
+
+
+def what_runs(name: str, plan: dict) -> tuple:
+  """What a variant's step computes: its batch, donation, forms and every override but those
+  that only pick the forms (the attention's implementation, and its tiles where no layer runs
+  blockwise). Two variants alike in this run the same program."""
+  _, _, batch_index, _, donate = VARIANTS[name]
+  forms = forms_ran(variant_config(name, plan))
+  picks = ('model.attention_impl=',) + (() if 'blockwise' in forms
+                                         else ('model.attention_block_size=',))
+  others = tuple(o for o in variant_overrides(name, plan) if not o.startswith(picks))
+  return plan['batches'][batch_index], donate, forms, others
+
+
 def run_variant(name: str, plan: dict, compare: str) -> dict:
-  what, overrides, batch_index, hf, donate = VARIANTS[name]
+  what, _, batch_index, hf, donate = VARIANTS[name]
   batch = plan['batches'][batch_index]
-  overrides = [*RECIPE, *overrides]
+  overrides = variant_overrides(name, plan)
   row = {'variant': name, 'what': what, 'batch': batch, 'overrides': overrides[len(RECIPE):],
          'platform': jax.default_backend()}
-  config = bench_config(plan['size'], plan['seq'], batch, 'bfloat16', plan['vocab'], overrides)
+  config = variant_config(name, plan)
   row['attention_dropout'] = config.model.attention_dropout_rate
   row['attention_impl'] = task.build_model(config).config.attention_impl
+  row['forms'] = forms_ran(config)
   row['rng_impl'] = config.train.rng_impl
   args = argparse.Namespace(seq=plan['seq'], batch=batch, dtype='bfloat16', vocab=plan['vocab'],
                             config=overrides, ceiling_shape=plan['ceiling'],
@@ -204,11 +244,17 @@ def run_attention(plan: dict) -> list[dict]:
 
 
 def run_variants(plan: dict, compare: str, budget: Budget) -> list[dict]:
-  """Every variant in order, one JSON line each, while the budget allows."""
-  results = []
+  """Every variant in order, one JSON line each, while the budget allows; one that would
+  run what a variant before it ran is skipped, its line naming that one."""
+  results, ran = [], {}
   for name in VARIANTS:
     kind = 'hf' if VARIANTS[name][3] and compare == 'torch' else 'ours'
-    if not budget.allows(kind):
+    same = ran.setdefault(what_runs(name, plan), name)
+    if same != name:
+      batch, _, forms, _ = what_runs(name, plan)
+      row = {'variant': name, 'what': VARIANTS[name][0], 'batch': batch, 'forms': forms,
+             'skipped': f'runs what {same} ran: {forms} at batch {batch}'}
+    elif not budget.allows(kind):
       row = {'variant': name, 'what': VARIANTS[name][0],
              'error': f'skipped: the {budget.seconds:.0f} s budget would run out '
              f'({budget.elapsed():.0f} s spent, about {budget.cost[kind]:.0f} s needed)'}
@@ -230,7 +276,8 @@ def run_variants(plan: dict, compare: str, budget: Budget) -> list[dict]:
 
 def print_summary(results: list[dict]) -> None:
   print_table([r for r in results if not r['variant'].startswith('attention:')], [
-      ('variant', 'variant', '>20'), ('batch', 'batch', '>5'), ('impl', 'attention_impl', '>8'),
+      ('variant', 'variant', '>20'), ('batch', 'batch', '>5'), ('impl', 'attention_impl', '>9'),
+      ('forms', 'forms', '>24'),
       ('rng', 'rng_impl', '>10'), ('seq/s', 'seq_per_s', '9.1f'), ('MFU', 'mfu', '6.1%'),
       ('vs recipe', 'vs_recipe', '9.2f'), ('HF seq/s', 'torch_seq_per_s', '9.1f'),
       ('HF MFU', 'torch_mfu', '7.1%'), ('HF/ours', 'ratio', '7.2f')])

@@ -20,6 +20,13 @@ local layer's band (`keys_per_query`); the line gives them apart (`dense_gflops`
 `global_attention_gflops`, `local_attention_gflops`, per step), so what the explicit form
 computes beyond them is waste a reader can see. `model_flops_per_s` is their sum per second.
 Times are medians of `--steps` runs after one compiling run.
+
+Each line names the form each kind of layer ran (`forms`, from `attention.layer_form`, as the
+run's log says it): `--impls` names what is asked for, and a row short enough falls back (a
+forward pass takes the explicit form up to two blocks, a train step up to one). An `--impls`
+entry that would run the forms one before it ran at the same size, mode and length (`auto`
+where it is blockwise, blockwise where the row takes the explicit form) is not run: its line
+says `skipped` and names that one.
 """
 
 from __future__ import annotations
@@ -52,26 +59,80 @@ def main(argv=None):
                       help='stop a run whose process grows past this')
   parser.add_argument('--json', action='store_true', help='JSON lines only, no closing table')
   parser.add_argument('--child', help=argparse.SUPPRESS)  # one run: size,impl,mode,seq
+  parser.add_argument('--plan', action='store_true', help=argparse.SUPPRESS)  # forms, no run
   args = parser.parse_args(argv)
   if args.child:
     size, impl, mode, seq = args.child.split(',')
     print(json.dumps(run_one(size, impl, mode, int(seq), args)), flush=True)
     return None
+  if args.plan:
+    print(json.dumps(planned_forms(args)), flush=True)
+    return None
   from benchmarks.common.cli import print_machine, print_table
   print_machine(devices=False)
-  results = []
+  forms, results = plan_in_child(argv), []
   for size in args.sizes.split(','):
     for mode in args.modes.split(','):
       for seq in (int(n) for n in args.lengths.split(',')):
+        ran = {}
         for impl in args.impls.split(','):
-          results.append(in_child(size, impl, mode, seq, args, argv))
+          these = forms[','.join((size, impl, mode, str(seq)))]
+          same = ran.setdefault(these, impl)
+          if same == impl:
+            results.append(in_child(size, impl, mode, seq, args, argv))
+          else:
+            results.append({**dict(zip(FIELDS, (size, impl, mode, seq), strict=True)),
+                            'forms': these, 'skipped': f'runs what {same} ran: {these}'})
           print(json.dumps(results[-1]), flush=True)
   if not args.json:
     print_table(results, [('size', 'size', '>11'), ('impl', 'impl', '>9'), ('mode', 'mode', '>11'),
-                          ('seq', 'seq', '6.0f'), ('tok/s', 'tokens_per_s', '9.1f'),
+                          ('seq', 'seq', '6.0f'), ('forms', 'forms', '>32'),
+                          ('tok/s', 'tokens_per_s', '9.1f'),
                           ('GFLOP/s', 'model_gflops_per_s', '8.1f'),
                           ('RSS MB', 'peak_rss_mb', '8.0f'), ('compile', 'compile_s', '8.1f')])
   return results
+
+
+def forms_of(cfg, mode: str, seq: int) -> str:
+  """The form each kind of layer runs in `mode` on rows of `seq` (`attention.layer_form`):
+  `global blockwise, local blockwise`; a local_layer run has its local layer alone."""
+  from encoder.modules.attention import forms_by_layer_kind
+  forms = forms_by_layer_kind(cfg, seq, packed=False, training=mode == 'train')
+  if mode == 'local_layer':  # SelfAttention applied alone, deterministic (as `embed`)
+    forms = {'local': forms.get('local', forms['global'])}
+  return ', '.join(f'{kind} {form}' for kind, form in forms.items())
+
+
+def run_config(size: str, impl: str, seq: int, args):
+  """The pretraining config of one run: ModernBERT's recipe has no dropout;
+  `--config model.attention_dropout_rate=0.1` adds it."""
+  from benchmarks.common.synthetic import bench_config
+  return bench_config(size, seq, args.batch, args.dtype, 30522,
+                      ['model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
+                       f'model.attention_impl={impl}', *args.config])
+
+
+def planned_forms(args) -> dict:
+  """{'size,impl,mode,seq': the forms that run would run}, for every run asked for."""
+  from encoder.tasks import pretraining as task
+  forms = {}
+  for size in args.sizes.split(','):
+    for impl in args.impls.split(','):
+      for seq in (int(n) for n in args.lengths.split(',')):
+        cfg = task.build_model(run_config(size, impl, seq, args)).config
+        for mode in args.modes.split(','):
+          forms[','.join((size, impl, mode, str(seq)))] = forms_of(cfg, mode, seq)
+  return forms
+
+
+def plan_in_child(argv) -> dict:
+  """`planned_forms` in a process of its own: `auto` resolves for this machine's backend,
+  which this process leaves untouched (a GPU's memory stays the runs')."""
+  forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
+               if not a.startswith('--child')]
+  out = subprocess.run([sys.executable, '-m', 'benchmarks.long_context', *forwarded, '--plan'],
+                       capture_output=True, text=True, check=True)
+  return json.loads([line for line in out.stdout.splitlines() if line.startswith('{')][-1])
 
 
 def in_child(size: str, impl: str, mode: str, seq: int, args, argv) -> dict:
@@ -107,12 +168,8 @@ def run_one(size: str, impl: str, mode: str, seq: int, args) -> dict:
   import jax
 
   from benchmarks.common.step_timing import keys_per_query
-  from benchmarks.common.synthetic import bench_config
   from encoder.tasks import pretraining as task
-  # ModernBERT's recipe has no dropout; `--config model.attention_dropout_rate=0.1` adds it.
-  config = bench_config(size, seq, args.batch, args.dtype, 30522,
-                        ['model.dropout_rate=0.0', 'model.attention_dropout_rate=0.0',
-                         f'model.attention_impl={impl}', *args.config])
+  config = run_config(size, impl, seq, args)
   cfg = task.build_model(config).config
   timer = {'train': _train, 'embed': _embed, 'local_layer': _local_layer}[mode]
   compile_s, seconds = timer(config, cfg, args)
@@ -136,6 +193,7 @@ def run_one(size: str, impl: str, mode: str, seq: int, args) -> dict:
   flops = dense + attention['global'] + attention['local']
   return {'size': size, 'impl': impl, 'mode': mode, 'seq': seq, 'batch': b,
           'dtype': args.dtype, 'block': cfg.attention_block_size,
+          'forms': forms_of(cfg, mode, seq),
           'tokens_per_s': round(b * seq / seconds, 1), 'step_s': round(seconds, 4),
           'model_flops_per_s': round(flops / seconds, 1),
           'model_gflops_per_s': round(flops / seconds / 1e9, 2),

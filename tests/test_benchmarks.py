@@ -107,8 +107,10 @@ def test_gpu_sh_rehearses_its_whole_run_on_cpu(tmp_path):
   assert attention['attention:cudnn_dropout']['error']  # no cuDNN on a CPU
   variants = rows[len(ATTENTION_KERNELS):]
   assert [r['variant'] for r in variants] == list(VARIANTS)
-  for r in variants:  # measured, or refused by the config in one line (not landed yet)
-    assert r.get('seq_per_s', 0) > 0 or r['error'].startswith('ConfigError'), r
+  for r in variants:  # measured, naming the forms it ran, or skipped as running another's
+    assert (r.get('seq_per_s', 0) > 0 and r['forms']) or r['skipped'].startswith('runs what'), r
+  assert [r['variant'] for r in variants if 'skipped' in r] == ['attention_explicit']
+  assert profile['forms'] == variants[0]['forms'] == 'global explicit'  # 32 tokens, dropout
   recipe = variants[0]
   assert recipe['seq_per_s'] > 0 and recipe['vs_recipe'] == 1.0 and recipe['rng_impl'] == 'threefry'
   assert [r['batch'] for r in variants if r['variant'].startswith('batch_')] == [16, 32]
@@ -309,16 +311,25 @@ def test_long_context_prints_a_line_per_form_and_length_and_says_why_one_stopped
   # and its line says so, the others still print (the contract's keys).
   import subprocess
   import sys
+  # Each line names the forms that ran; auto, blockwise on this CPU, is not run again.
   command = [sys.executable, '-m', 'benchmarks.long_context', '--sizes', 'modern_tiny',
-             '--lengths', '64', '--impls', 'explicit,blockwise', '--modes', 'embed,local_layer',
-             '--steps', '1', '--json', '--config', 'model.attention_block_size=16']
+             '--lengths', '64', '--impls', 'explicit,blockwise,auto', '--modes',
+             'embed,local_layer', '--steps', '1', '--json', '--config',
+             'model.attention_block_size=16']
   out = subprocess.run(command, capture_output=True, text=True, timeout=600,
                        cwd=os.path.dirname(BENCHMARKS))
   assert out.returncode == 0, out.stderr[-2000:]
   rows = _json_lines(out.stdout)
   assert [(r['impl'], r['mode']) for r in rows] == [
-      ('explicit', 'embed'), ('blockwise', 'embed'), ('explicit', 'local_layer'),
-      ('blockwise', 'local_layer')]
+      ('explicit', 'embed'), ('blockwise', 'embed'), ('auto', 'embed'),
+      ('explicit', 'local_layer'), ('blockwise', 'local_layer'), ('auto', 'local_layer')]
+  assert [r['forms'] for r in rows] == [
+      'global explicit, local explicit', *['global blockwise, local blockwise'] * 2,
+      'local explicit', 'local blockwise', 'local blockwise']
+  assert [r['skipped'] for r in rows if 'skipped' in r] == [
+      'runs what blockwise ran: global blockwise, local blockwise',
+      'runs what blockwise ran: local blockwise']
+  rows = [r for r in rows if 'skipped' not in r]
   for row in rows:
     assert {'size', 'impl', 'seq', 'tokens_per_s', 'model_flops_per_s', 'peak_rss_mb'} <= set(row)
     assert row['seq'] == 64 and row['tokens_per_s'] > 0 and row['block'] == 16
@@ -326,7 +337,8 @@ def test_long_context_prints_a_line_per_form_and_length_and_says_why_one_stopped
   assert 0 < rows[0]['local_attention_gflops'] < rows[0]['global_attention_gflops']
   stopped = subprocess.run(command[:-2] + ['--max_rss_gb', '0.05'], capture_output=True,
                            text=True, timeout=600, cwd=os.path.dirname(BENCHMARKS))
-  assert all('over --max_rss_gb' in r['error'] for r in _json_lines(stopped.stdout))
+  assert all('over --max_rss_gb' in r['error'] for r in _json_lines(stopped.stdout)
+             if 'skipped' not in r)
 
 
 def test_finetune_speed_dtype_defaults_to_float32_and_is_set_once():

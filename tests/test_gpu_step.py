@@ -153,3 +153,30 @@ def test_the_budget_skips_what_would_not_fit(monkeypatch):
   budget.spent('ours', 150)
   budget.spent('ours', 60)  # then the longest measured stands
   assert not budget.allows('ours') and budget.cost['ours'] == 150  # 300 + 150 > 400
+
+
+def test_each_variant_names_its_forms_and_none_runs_what_another_ran(monkeypatch, capsys):
+  # On a GPU the recipe's cuDNN is refused for its dropout and runs the explicit form at 128
+  # tokens, as model.attention_impl=explicit does: that variant is skipped, saying so; the
+  # blockwise variant runs in tiles of half the row, so it runs blockwise.
+  from benchmarks import gpu_step
+  from encoder.modules.config import building_for
+  with building_for('gpu'):
+    plan = {name: gpu_step.what_runs(name, gpu_step.FULL) for name in gpu_step.VARIANTS}
+  forms = {name: runs[2] for name, runs in plan.items()}
+  assert forms['recipe'] == forms['attention_explicit'] == 'global explicit'
+  assert forms['attention_blockwise'] == 'global blockwise'
+  assert forms['no_attention_dropout'] == 'global cudnn'
+  assert plan['attention_explicit'] == plan['recipe']
+  assert len(set(plan.values())) == len(plan) - 1  # that pair alone runs the same program
+  # The script's loop (the steps stubbed): the duplicate's line names the variant it repeats,
+  # every other line the forms it ran.
+  monkeypatch.setattr(gpu_step, 'run_variant', lambda name, plan, compare: {
+      'variant': name, 'forms': gpu_step.forms_ran(gpu_step.variant_config(name, plan)),
+      'seq_per_s': 1.0})
+  rows = gpu_step.run_variants(gpu_step.REHEARSAL, 'none', gpu_step.Budget(1e9, {'ours': 0}))
+  skipped = [r for r in rows if 'skipped' in r]
+  assert [r['variant'] for r in skipped] == ['attention_explicit']
+  assert skipped[0]['skipped'] == 'runs what recipe ran: global explicit at batch 8'
+  assert {r['variant']: r['forms'] for r in rows}['attention_blockwise'] == 'global blockwise'
+  assert all(r['forms'] for r in rows)
