@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import jax
 
 from encoder import config_schema, configs
 from encoder.checkpoint_files import restore_newest_params
+from encoder.errors import EncoderError
 from encoder.modules.config import model_config
 from encoder.modules.electra import ElectraForPretraining, generator_config
 from encoder.tasks import electra, pretraining
@@ -63,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     mixed = {'encoder': params['encoder'], 'discriminator_head': params['discriminator_head'],
              **_generator_groups(generator_params)}
     apply = jax.jit(lambda p, b, model=model: model.apply({'params': p}, b))
+    weight = float(run_config.electra.discriminator_weight)
     total: dict = {}
     for batch in batches:
-      _, sums = electra.loss_and_metrics(apply(mixed, batch), batch)
+      _, sums = electra.loss_and_metrics(apply(mixed, batch), batch, discriminator_weight=weight)
       total = {k: total.get(k, 0.0) + float(v) for k, v in sums.items()}
-    metrics = electra.reduce_metrics(total)
+    metrics = electra.reduce_metrics(total, discriminator_weight=weight)
     row = {'run': run, 'step': int(os.path.basename(os.path.dirname(params_dir))),
            'generator': source, 'rows': sum(len(b['input_ids']) for b in batches),
            **{k: round(metrics[k], 4) for k in ('disc_loss', 'disc_accuracy', 'disc_precision',
@@ -83,6 +86,16 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
+def _cli() -> int:
+  """main, with a run that cannot be read (no such workdir, not an ELECTRA run) as one
+  `error:` line and exit 2, as launch.py says it."""
+  try:
+    return main()
+  except (EncoderError, OSError) as e:  # OSError: a workdir without config.json
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+
 if __name__ == '__main__':
-  raise SystemExit(main())
+  raise SystemExit(_cli())
 

@@ -81,8 +81,6 @@ def _hub_model(value: str) -> str:
 
 def run(argv: list[str]) -> int:
   args, overrides = parse_args(argv)
-  overrides = [f"init_from={_hub_model(o.partition('=')[2])}" if o.startswith('init_from=')
-               else o for o in overrides]
   for given in (args.workdir, args.report):  # refused before anything is written
     if given:
       storage.check(given)
@@ -105,6 +103,9 @@ def run(argv: list[str]) -> int:
   if args.eval_suite:
     from encoder.suite import run_suite  # lazy
     experiment = configs.experiment_module(args.exp) if args.exp else None
+    # A Hub name is fetched only once the experiment is known to exist (not for a typo).
+    overrides = [f"init_from={_hub_model(o.partition('=')[2])}" if o.startswith('init_from=')
+                 else o for o in overrides]
     run_suite(args.eval_suite, overrides, args.workdir, experiment, dry_run=args.dry_run)
     return 0
   config = configs.load_experiment(args.exp)

@@ -83,8 +83,10 @@ ELECTRA = {
 
 # The recipe's sweeps (`--sweep NAME`, with the corpus given as above): each varies one choice
 # at a 6-minute probe budget (`--config.train.max_minutes=60` makes them hour-long arms); the
-# held-out MLM accuracy is measured at 15% masking in every arm, so the arms compare, and the
-# report (`launch.py --report runs/sweeps/cram-NAME`) draws it against steps and minutes.
+# held-out MLM accuracy is measured at 15% masking in every MLM arm, so those arms compare, and
+# the report (`launch.py --report runs/sweeps/cram-NAME`) draws it against steps and minutes.
+# table5's ELECTRA arm has no MLM head of its own (its generator's accuracy is gen_mlm_*, its
+# discriminator's disc_*): it compares with the others downstream, through the suite.
 PROBE = ('train.max_minutes', ['6'])
 SHAPES = [
     Arm('2x128', ()),  # BERT-Tiny, the recipe's

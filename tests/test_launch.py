@@ -158,6 +158,15 @@ def test_print_config_and_describe_refuse_what_training_refuses(flag, tmp_path):
   assert not (tmp_path / 'w').exists()
 
 
+def test_print_config_refuses_electra_settings_without_jax():
+  out = subprocess.run([sys.executable, '-c', NO_JAX, '--exp', 'electra_small:smoke',
+                        '--print_config', '--config.electra.embedding_sharing=tied'],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+  lines = out.stderr.rstrip().splitlines()
+  assert lines[0].startswith("error: electra.embedding_sharing='tied' is not one of shared")
+  assert lines[-1] == 'exit 2 loaded []' and out.stdout == ''
+
+
 def test_print_config_shows_every_model_field_concrete():
   out = launch('--exp', 'mlm_modern_base', '--print_config')
   model = json.loads(out.stdout)['model']

@@ -123,8 +123,8 @@ class Model:
     self._forward = jax.jit(functools.partial(_forward, self._encoder),
                             static_argnames='return_probs')
     if 'mlm' not in params and 'generator_mlm' in params:  # ELECTRA: its generator fills masks
-      fraction = float((config.get('electra') or {}).get('generator_size') or 0.25)
-      generator = Encoder(generator_config(model_config, fraction))
+      generator = Encoder(generator_config(model_config,
+                                           float(config['electra']['generator_size'])))
       self._mlm = jax.jit(functools.partial(_generator_logits, generator))
     else:
       self._mlm = jax.jit(functools.partial(_mlm_logits, self._encoder))

@@ -27,6 +27,8 @@ DTYPES = ('float32', 'bfloat16')
 POSITION_EMBEDDINGS = ('learned', 'rope', 'none')
 INITS = ('bert', 'modern')
 POOLERS = ('tanh', 'none')
+# electra.embedding_sharing: what the generator and discriminator share (modules/electra.py)
+EMBEDDING_SHARINGS = ('shared', 'disentangled', 'none')
 POOLINGS = ('cls', 'mean')
 CLASSIFIER_HEADS = ('linear', 'mlp')
 # How attention is computed (the mathematics is the same): `explicit` forms the score matrix
@@ -237,3 +239,23 @@ def checked(model: Any) -> None:
     raise ConfigError(f"unknown model field(s): {', '.join(unknown)}")
   ModelConfig(**{**fields, 'vocab_size': fields.get('vocab_size') or 1,
                  'attention_impl': 'explicit'})
+
+
+def check_generator_size(fraction: float) -> None:
+  """Refuses an ELECTRA generator that is not a fraction of its discriminator."""
+  if not 0.0 < float(fraction) <= 1.0:
+    raise ConfigError(f'electra.generator_size={fraction}: give a fraction of the '
+                      "discriminator's width in (0, 1] (ELECTRA: 1/4 to 1/3)")
+
+
+def check_electra(electra: Any, nsp: bool) -> None:
+  """Refuses, in one line each, the `electra` settings the model cannot take (without JAX:
+  `launch.py --print_config` and the trainer's resolve call it before anything is written)."""
+  if electra.embedding_sharing not in EMBEDDING_SHARINGS:
+    raise ConfigError(f"electra.embedding_sharing='{electra.embedding_sharing}' is not one of "
+                      f"{', '.join(EMBEDDING_SHARINGS)}")
+  check_generator_size(electra.generator_size)
+  if not float(electra.discriminator_weight) >= 0.0:
+    raise ConfigError(f'electra.discriminator_weight={electra.discriminator_weight} must be >= 0')
+  if nsp:
+    raise ConfigError('ELECTRA has no next-sentence head: set data.nsp=false')

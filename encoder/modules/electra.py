@@ -25,14 +25,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from encoder.errors import ConfigError
-from encoder.modules.config import ModelConfig
+from encoder.modules.config import EMBEDDING_SHARINGS, ModelConfig, check_generator_size
 from encoder.modules.heads import MlmHead
 from encoder.modules.layers import activation, dense, zeros_init
 from encoder.modules.task_models import encoder_inputs
 from encoder.modules.transformer import Encoder
 
-SHARINGS = ('shared', 'disentangled', 'none')
+SHARINGS = EMBEDDING_SHARINGS
 # Held-out batches are corrupted with this key (no dropout key is given there), so every
 # evaluation of a run, and the evaluations of runs at other settings, see the same draws.
 EVAL_SAMPLE_SEED = 0
@@ -45,9 +44,7 @@ def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
   architecture, its embeddings `cfg.embedding_width` wide (the shared tables; projected to its
   width) and no pooler. ELECTRA-Small's generator at 1/4: 64 wide, 1 head, MLP 256; Base's at
   1/3: 256, 4 heads, 1,024."""
-  if not 0.0 < fraction <= 1.0:
-    raise ConfigError(f'electra.generator_size={fraction}: give a fraction of the '
-                      "discriminator's width in (0, 1] (ELECTRA: 1/4 to 1/3)")
+  check_generator_size(fraction)
   heads = max(1, round(cfg.num_heads * fraction))
   head_dim = cfg.hidden_size * fraction / heads
   head_dim = (max(2, 2 * round(head_dim / 2)) if cfg.position_embedding == 'rope'
@@ -110,6 +107,17 @@ class DiscriminatorHead(nn.Module):
     return logit[..., 0].astype(jnp.float32)
 
 
+def eval_sample_key(input_ids: jax.Array) -> jax.Array:
+  """The key an evaluation samples with: EVAL_SAMPLE_SEED's folded with a checksum of the
+  rows, so an evaluation is repeatable (the same rows, the same replacements at every step)
+  while its batches draw independently of one another (one fixed key would give every batch
+  the same uniforms at each (row, slot), correlating the held-out estimate across batches)."""
+  ids = input_ids.astype(jnp.uint32)
+  weights = jnp.arange(1, ids.size + 1, dtype=jnp.uint32).reshape(ids.shape) * jnp.uint32(
+      2654435761)  # Knuth's multiplicative hash: a row's order matters, not only its tokens
+  return jax.random.fold_in(jax.random.key(EVAL_SAMPLE_SEED), jnp.sum(ids * weights))
+
+
 class ElectraForPretraining(nn.Module):
   """The generator, its samples and the discriminator, in one pass (see the module docstring).
 
@@ -117,16 +125,15 @@ class ElectraForPretraining(nn.Module):
   discriminator's per token (`rtd_logits`, [b, s]) and which tokens were replaced
   (`replaced`, [b, s], bool). Samples are drawn with a key from the `dropout` stream (the
   train step's key, folded by Flax with this module's path and call count) and, where none is
-  given (evaluation), with EVAL_SAMPLE_SEED's.
+  given (evaluation), with `eval_sample_key`'s.
   """
   config: ModelConfig  # the discriminator's
   generator_config: ModelConfig
   sharing: str = 'shared'
 
   def setup(self):
-    if self.sharing not in SHARINGS:
-      raise ConfigError(f"electra.embedding_sharing='{self.sharing}' is not one of "
-                        f"{', '.join(SHARINGS)}")
+    if self.sharing not in SHARINGS:  # the config's own check (check_electra) says it in words
+      raise ValueError(f'sharing={self.sharing!r} is not one of {SHARINGS}')
     self.encoder = Encoder(self.config)
     self.discriminator_head = DiscriminatorHead(self.config)
     self.generator = Encoder(self.generator_config)
@@ -149,7 +156,7 @@ class ElectraForPretraining(nn.Module):
       table = self.encoder.word_embedding_table()
     mlm_logits = self.generator_mlm(generated.sequence_output, table, batch['masked_positions'])
     key = (self.make_rng('dropout') if self.has_rng('dropout')
-           else jax.random.key(EVAL_SAMPLE_SEED))
+           else eval_sample_key(batch['input_ids']))
     corrupted, replaced = corrupt(batch['input_ids'], batch['masked_positions'],
                                   batch['masked_ids'], batch['masked_weights'],
                                   sample_tokens(key, mlm_logits))

@@ -19,9 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoder.errors import ConfigError
-from encoder.modules.config import model_config
-from encoder.modules.electra import SHARINGS, ElectraForPretraining, generator_config
+from encoder.modules.config import check_electra, model_config
+from encoder.modules.electra import ElectraForPretraining, generator_config
 from encoder.tasks import with_loss_settings
 from encoder.tasks.pretraining import (
     datasets,
@@ -37,17 +36,7 @@ __all__ = ['bind', 'build_model', 'datasets', 'dummy_batch', 'loss_and_metrics',
 
 def check(config) -> None:
   """Refuses, in one line each, the `electra` settings the model cannot take."""
-  e = config.electra
-  if e.embedding_sharing not in SHARINGS:
-    raise ConfigError(f"electra.embedding_sharing='{e.embedding_sharing}' is not one of "
-                      f"{', '.join(SHARINGS)}")
-  if not 0.0 < float(e.generator_size) <= 1.0:
-    raise ConfigError(f'electra.generator_size={e.generator_size}: give a fraction of the '
-                      "discriminator's width in (0, 1] (ELECTRA: 1/4 to 1/3)")
-  if not float(e.discriminator_weight) >= 0.0:
-    raise ConfigError(f'electra.discriminator_weight={e.discriminator_weight} must be >= 0')
-  if config.data.nsp:
-    raise ConfigError('ELECTRA has no next-sentence head: set data.nsp=false')
+  check_electra(config.electra, config.data.nsp)
 
 
 def build_model(config) -> ElectraForPretraining:
@@ -78,7 +67,7 @@ def loss_denominators(batch: dict) -> dict:
 
 
 def loss_and_metrics(outputs: dict, batch: dict, denominators: dict | None = None, *,
-                     discriminator_weight: float = 50.0) -> tuple[jax.Array, dict]:
+                     discriminator_weight: float) -> tuple[jax.Array, dict]:
   """This batch's share of `gen MLM + discriminator_weight x disc`, and metric sums."""
   if denominators is None:
     denominators = loss_denominators(batch)
@@ -102,7 +91,7 @@ def loss_and_metrics(outputs: dict, batch: dict, denominators: dict | None = Non
   return loss, sums
 
 
-def reduce_metrics(sums: dict, *, discriminator_weight: float = 50.0) -> dict:
+def reduce_metrics(sums: dict, *, discriminator_weight: float) -> dict:
   """Metric sums (over steps and devices) -> the reported values. `loss` is the objective,
   `gen_mlm_loss + discriminator_weight x disc_loss`, each averaged over the window; precision
   is 0 where nothing was predicted replaced, recall 0 where nothing was replaced."""

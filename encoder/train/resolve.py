@@ -28,7 +28,7 @@ from ml_collections import config_dict
 from encoder import config_schema, configs, storage
 from encoder.checkpoint_files import decay_source, find_run_directory, resolve_checkpoint
 from encoder.errors import ConfigError
-from encoder.modules.config import ARCHITECTURE_FIELDS, checked
+from encoder.modules.config import ARCHITECTURE_FIELDS, check_electra, checked
 from encoder.tasks import TASKS
 from encoder.train import prng, time_budget, xla_cache
 
@@ -136,6 +136,8 @@ def _check_pretraining(config) -> None:
   # lazy: the data checks import the corpus readers, which only pretraining needs
   from encoder.data.pretrain import mask_schedule, nsp_schedule, preparation, pretraining_data
   preparation.packing_layout(config.data)
+  if config.task == 'electra':
+    check_electra(config.electra, config.data.nsp)
   mask_schedule.check(config.data)
   nsp_schedule.check_nsp_schedule(config.train)
   pretraining_data.first_phase_config(config)

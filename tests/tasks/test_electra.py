@@ -16,6 +16,7 @@ from encoder.modules.config import model_config
 from encoder.modules.electra import (
     ElectraForPretraining,
     corrupt,
+    eval_sample_key,
     generator_config,
     sample_tokens,
 )
@@ -87,6 +88,19 @@ def test_sampling_follows_the_softmax():
       jnp.ones(10)).sum() == 0
 
 
+def test_evaluation_samples_repeat_per_batch_and_differ_between_batches():
+  """An evaluation batch draws the same replacements at every evaluation (comparable steps),
+  and two batches do not share one set of uniforms (independent held-out draws)."""
+  rows = jnp.asarray(np.random.default_rng(0).integers(5, 100, (2, 4, 16)), jnp.int32)
+  same = [jax.random.key_data(eval_sample_key(rows[0])) for _ in range(2)]
+  np.testing.assert_array_equal(same[0], same[1])
+  logits = jnp.zeros((4, 8, 1000))  # uniform over the vocabulary: the draw shows the key
+  first, second = (np.asarray(sample_tokens(eval_sample_key(r), logits)) for r in rows)
+  assert (first != second).mean() > 0.9
+  swapped = rows[0][::-1]  # the same rows in another order: another batch
+  assert not np.array_equal(np.asarray(sample_tokens(eval_sample_key(swapped), logits)), first)
+
+
 @functools.cache
 def _grads(sharing):
   """(the parameters, the gradients of the discriminator's loss, those of the generator's),
@@ -98,7 +112,7 @@ def _grads(sharing):
 
   def term(p, name):
     outputs = model.apply({'params': p}, batch)
-    return electra.loss_and_metrics(outputs, batch)[1][name]
+    return electra.loss_and_metrics(outputs, batch, discriminator_weight=50.0)[1][name]
   both = jax.jit(lambda p: (jax.grad(term)(p, 'disc_loss'), jax.grad(term)(p, 'gen_mlm_loss')))
   return (params, *both(params))
 
