@@ -144,11 +144,15 @@ def model_section() -> config_dict.ConfigDict:
   # splash on TPU, cuDNN on NVIDIA GPUs, each falling back to blockwise per layer where its
   # kernel cannot take the mask or the dropout (encoder/modules/attention.py says which).
   m.attention_impl = 'auto'
-  # The blockwise form's block of queries and of keys: a row of at most one block takes the
-  # explicit form (the same values); longer rows visit only the blocks their mask reaches.
+  # The blockwise form's block of queries and of keys: a train step's row of at most one
+  # block, and a forward pass's (evaluation, inference) of at most two, takes the explicit
+  # form (the same values); longer rows visit only the blocks their mask reaches.
   m.attention_block_size = 256
   # Recompute each layer's activations in the backward pass instead of keeping them
-  # (activation checkpointing): less memory for long rows, about a third more compute.
+  # (activation checkpointing): less memory for long rows, each block's forward pass run
+  # twice. XLA counts 24% more FLOPs in BERT-base's train step (19% in mini's; 128 tokens,
+  # batch 32: `python -m benchmarks.remat_cost`; embeddings, MLM head and update are not
+  # recomputed).
   m.remat = False
   m.dtype = 'float32'  # compute dtype: float32 | bfloat16; params stay float32
   m.dropout_rate = 0.1

@@ -306,6 +306,18 @@ def test_no_benchmark_edits_sys_path():
   assert edits == {}, f'benchmarks that edit sys.path (file: lines): {edits}'
 
 
+@pytest.mark.slow  # four compiles of BERT-tiny's step: ~15 s
+def test_remat_cost_counts_the_recomputed_forward(capsys):
+  from benchmarks import remat_cost
+  plain, remat = remat_cost.main(['--sizes', 'tiny', '--seq', '32', '--batch', '8', '--vocab',
+                                  '512', '--steps', '1'])
+  assert (plain['remat'], remat['remat']) == (False, True)
+  # Each block's forward pass again: more FLOPs, at most a third more (the blocks' forward is
+  # a third of their forward and backward; the embeddings, head and update are not redone).
+  assert 1.0 < remat['flops_ratio'] <= 4 / 3 and remat['step_s'] > 0 and plain['temp_mb'] > 0
+  assert len(_json_lines(capsys.readouterr().out)) == 2
+
+
 def test_long_context_prints_a_line_per_form_and_length_and_says_why_one_stopped():
   # Each run is a process of its own (its peak RSS its own); one over --max_rss_gb is stopped
   # and its line says so, the others still print (the contract's keys).
