@@ -262,7 +262,15 @@ def compile_for(config, workdir: str, name: str, fit: bool = False) -> dict:
     if not fits(attempt, target):
       raise refusal(attempt, runs[attempt.batch], target)
   run = runs[attempt.batch]
-  evaluated, eval_s = compile_eval_step(run)
+  try:
+    evaluated, eval_s = compile_eval_step(run)
+  except Exception as e:  # noqa: BLE001  (JaxRuntimeError: the compiler's answer)
+    if not out_of_memory.is_out_of_memory(e):
+      raise
+    raise OutOfMemoryError(f'{target.name}: the eval step does not fit: '
+                           f'{str(e).strip().splitlines()[0]}'
+                           + out_of_memory.knobs(run.config, attention_forms(run, False),
+                                                 devices=len(target.devices))) from None
   report = _report(run, target, attempt, StepMemory.of(evaluated), eval_s, attempts, fit)
   if report['eval_per_chip_bytes']['total'] > target.hbm_bytes:
     raise OutOfMemoryError(out_of_memory.compile_message(

@@ -18,7 +18,7 @@ import pytest
 
 from encoder import configs, launch
 from encoder.errors import ConfigError, OutOfMemoryError
-from encoder.train import compile_report, out_of_memory, targets
+from encoder.train import compile_report, hlo_structure, out_of_memory, targets
 from encoder.train.resolve import resolve_config
 from encoder.train.run_setup import setup_for_target
 
@@ -96,6 +96,14 @@ def test_bert_xla_causal_on_data_and_tensor_axes(v5e):
       'parallel.mesh_shape.data=2', 'parallel.mesh_shape.tensor=2')
   assert compile_report.attention_forms(run) == {'global': 'xla'}
   assert run.strategy.mesh_shape == {'data': 2, 'fsdp': 1, 'tensor': 2}
+
+
+def test_a_fine_tuning_task_whose_loss_gathers_the_batch_compiles(v5e):
+  # Contrastive embeddings (in-batch negatives): the pmap step gathers every device's outputs
+  # (the TPU compiler makes the gather an all-reduce of each device's slice).
+  run, attempt, _ = compile_steps(v5e, 'embed_stsb:smoke')
+  assert run.task.couples_examples
+  assert hlo_structure.structure(attempt.compiled.as_text())['kernels']['all-reduce'] >= 2
 
 
 def test_compile_for_writes_the_report_of_bert_under_pmap(v5e, tmp_path, capsys, own_log):
@@ -292,8 +300,9 @@ def test_the_pmap_strategy_laid_out_on_devices_steps_as_pmap_does():
 @pytest.mark.slow  # five to eight compiles of the tiny model
 def test_fit_answers_a_batch_that_compiles_and_one_more_row_a_device_does_not(v5e, tmp_path,
                                                                               own_log):
-  overrides = ['--config.model.attention_impl=explicit', '--config.data.max_seq_length=512',
-               '--config.model.max_position_embeddings=512']
+  # Explicit attention over 2,048 tokens: tens of MB a row, so the boundary is tens of rows.
+  overrides = ['--config.model.attention_impl=explicit', '--config.data.max_seq_length=2048',
+               '--config.model.max_position_embeddings=2048']
   launch.run(['--exp', 'mlm_nsp_tiny:smoke', '--compile_for', 'v5e:2x2', '--fit', '--workdir',
               str(tmp_path), *overrides])
   report = json.loads((tmp_path / 'compile' / 'v5e:2x2' / 'report.json').read_text())
