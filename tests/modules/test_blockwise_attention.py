@@ -66,8 +66,8 @@ def inputs(batch, length, seed=0, dtype=jnp.float32):
 
 
 def loss_and_grads(fn, q, k, v, weights):
-  return jax.value_and_grad(lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * weights),
-                            argnums=(0, 1, 2))(q, k, v)
+  return jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * weights),
+                                    argnums=(0, 1, 2)))(q, k, v)
 
 
 # 37 positions in blocks of 8: five blocks, the last one partial; a window of 10 (5 each side)
@@ -203,8 +203,8 @@ def test_the_encoder_with_rotary_local_layers_and_packed_rows_equals_the_explici
     return jnp.sum(jnp.sin(out) * real)
 
   with runs_forms(global_='blockwise', local='blockwise'):
-    got = jax.value_and_grad(functools.partial(loss, models['blockwise']))(variables)
-  want = jax.value_and_grad(functools.partial(loss, models['explicit']))(variables)
+    got = jax.jit(jax.value_and_grad(functools.partial(loss, models['blockwise'])))(variables)
+  want = jax.jit(jax.value_and_grad(functools.partial(loss, models['explicit'])))(variables)
   np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), got[1], want[1])
 
