@@ -248,8 +248,8 @@ def test_a_recompile_and_a_first_evaluation_do_not_move_the_schedule(monkeypatch
 
 
 def test_the_loop_takes_no_compile_for_a_step(tmp_path, corpus, cache_dir, monkeypatch):
-  # The real loop with a clock that models its train step: 3 s a step, the first 30 s more
-  # (its compile), the first of 32-token rows 10 s more (a recompile after 20 steps of 16).
+  # The real loop with a clock that models its train step: 5 s a step, the first 30 s more
+  # (its compile), the first of 32-token rows 10 s more (a recompile after 10 steps of 16).
   clock = ModelledClock()
   monkeypatch.setattr(time_budget, 'now', clock)
   run_loop = trainer.run_loop
@@ -259,7 +259,7 @@ def test_the_loop_takes_no_compile_for_a_step(tmp_path, corpus, cache_dir, monke
 
     def train_step(state, batch, progress):
       length = batch['input_mask'].shape[-1]
-      clock.t += 3.0 + (30.0 if not lengths else 0.0 if length in lengths else 10.0)
+      clock.t += 5.0 + (30.0 if not lengths else 0.0 if length in lengths else 10.0)
       lengths.add(length)
       return run.train_step(state, batch, progress)
 
@@ -268,26 +268,26 @@ def test_the_loop_takes_no_compile_for_a_step(tmp_path, corpus, cache_dir, monke
   monkeypatch.setattr(trainer, 'run_loop', modelled)
   train(tmp_path / 'w', corpus, cache_dir, 'train.max_minutes=6', 'train.num_steps=1000',
         'train.log_every=1', 'train.eval_every=1000', 'train.checkpoint_every=1000',
-        'train.eval_batches=20', 'data.first_phase_seq_length=16', 'data.first_phase_steps=20')
+        'train.eval_batches=20', 'data.first_phase_seq_length=16', 'data.first_phase_steps=10')
   records = read_metrics(str(tmp_path / 'w'), 'train')
   # The elapsed seconds each update's progress was read at (the records' are read after it).
   before = [0.0] + [r['elapsed_minutes'] * 60 for r in records[:-1]]
-  np.testing.assert_allclose(np.diff(before[1:]), [3.0] * 19 + [13.0] + [3.0] * (len(records)
-                                                                                 - 22))
+  np.testing.assert_allclose(np.diff(before[1:]), [5.0] * 9 + [15.0] + [5.0] * (len(records)
+                                                                                - 12))
   progress = [r['schedule_progress'] for r in records]
-  assert progress[1] == pytest.approx(33 / 360)  # step 1 counted, nothing timed yet
+  assert progress[1] == pytest.approx(35 / 360)  # step 1 counted, nothing timed yet
   # From then on each update adds its share of the time left for training: the budget less
-  # 20 evaluation batches of 3 s steps and a save. Timing the compile as a step reserved
-  # 21 x 33 s, and the run ended after its first step.
-  reserve = 20 * 3 + 3
+  # 20 evaluation batches of 5 s steps and a save. Timing the compile as a step reserved
+  # 21 x 35 s, and the run ended after its first step.
+  reserve = 20 * 5 + 5
   for k in range(2, len(records)):
     left = 360 - reserve - before[k - 1]
     assert progress[k] == pytest.approx(
         progress[k - 1] + (1 - progress[k - 1]) * (before[k] - before[k - 1]) / left)
   # It trained to its budget: until two steps and the reserve were left, its decay all but
   # done (the last update's progress was read three steps before the reserve).
-  assert 360 - reserve - 6 < records[-1]['elapsed_minutes'] * 60 <= 360 - reserve - 3
-  assert records[-1]['step'] > 60 and progress[-1] > 0.96
+  assert 360 - reserve - 10 < records[-1]['elapsed_minutes'] * 60 <= 360 - reserve - 5 + 1e-6
+  assert records[-1]['step'] > 35 and progress[-1] > 0.94
 
 
 def test_a_resumed_clock_counts_the_save_that_wrote_it(monkeypatch):
