@@ -160,7 +160,9 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
   fixed, per_row = a + b * layers, c + d * layers
   hbm = plan.target(topology).hbm_bytes
   predicted = max(0, math.floor((hbm - fixed) / per_row)) if per_row > 0 else None
-  cell.update(status='predicted', line_from=line_topology, hbm_bytes=hbm,
+  status = 'predicted' if predicted is not None else \
+      "no line: the small compiles' need does not grow with the batch"
+  cell.update(status=status, line_from=line_topology, hbm_bytes=hbm,
               fixed_bytes=round(fixed),
               per_row_bytes=round(per_row), predicted_batch=predicted,
               predicted_need_bytes=round(fixed + per_row * (predicted or 0)))
@@ -218,6 +220,9 @@ def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float
     if batch < 1 or batch in needs:
       break
   fitting = [b for b, (_, ok) in needs.items() if ok]
+  refused = [b for b, (_, ok) in needs.items() if not ok]
+  if refused:
+    cell['refused_at'] = min(refused)  # the smallest full-depth batch the compiler refused
   if not fitting:
     return None
   best = max(fitting)
@@ -232,18 +237,24 @@ def markdown(cells: list[dict]) -> str:
            '| temporaries GiB | total / HBM GiB | model TFLOPs a step | source |',
            '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
   for c in cells:
+    remat = 'on' if c['remat'] else 'off'
     if c.get('largest_per_chip_batch') is None:
-      lines.append(f"| {c['exp']} | {c['seq']} | {c['remat']} | {c['topology']} | - | - | - | "
+      lines.append(f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | - | - | - | "
                    f"- | - | - | {c['status']} |")
       continue
     compiled = c['status'] == 'compiled'
+    if not compiled and c.get('refused_at'):  # the line overshot; no fitting batch compiled yet
+      lines.append(f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | < "
+                   f"{c['refused_at']} | - | - | - | - | - | line's {c['predicted_batch']} and "
+                   f"{c['refused_at']} compiled and refused |")
+      continue
     state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
     need = c['need_bytes'] if compiled else c['predicted_need_bytes']
     temporaries = f"{c['temporaries'] / GIB:.2f}" if compiled else '-'
     source = ('compiled' + (', one row more refused' if c.get('next_refused') else '')
               if compiled else f"predicted ({c['line_from']}'s line)")
     lines.append(
-        f"| {c['exp']} | {c['seq']} | {'on' if c['remat'] else 'off'} | {c['topology']} | "
+        f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | "
         f"{c['largest_per_chip_batch']} | {c['global_batch']} | "
         f"{'-' if state is None else f'{state:.2f}'} | {temporaries} | "
         f"{need / GIB:.2f} / {c['hbm_bytes'] / GIB:.2f} | "
