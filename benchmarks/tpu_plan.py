@@ -2,7 +2,8 @@
 for each model and length, with and without remat, the largest per-chip batch whose train step
 fits each topology, and the memory at it.
 
-  python -m benchmarks.tpu_plan                      # every cell, resumed from --out
+  python -m benchmarks.tpu_plan --out docs/scaling/tpu_plan_compiles.jsonl --table
+                                                     # every cell, resumed from --out
   python -m benchmarks.tpu_plan --cells mlm_nsp_base:512 --topologies v5e:2x2 --table
 
 Compiles are slow here (mlm_nsp_base's step takes minutes, a 22-layer one at 8,192 tokens ten
@@ -15,8 +16,12 @@ gradients and the saved activations are per layer; one layer's working set is no
 Four compiles of the model cut to two small depths (2 and 4 layers for BERT, 3 and 6 for the
 modern models, which keeps their one-global-in-three pattern) at two batches give a, b, c, d
 from the compiler; the largest B under the chip's HBM at the full depth follows by arithmetic
-(`predicted`). A compile of the full model at that batch (and one row more) then confirms it
-(`compiled`), where the budget of compiles allows (`--confirm`). The table says which is which.
+(`predicted`). Full-depth compiles from that batch then walk to the boundary, at most four
+a cell (`compiled`; `--confirm`, on the topologies `--confirm_on` names). The four small
+compiles are made on the first topology only (`--small_on reference`): other generations read
+its line against their own capacity, an estimate (v6e's compiler needed less). With remat a
+row's cost at small depth is within the compiler's variation, so remat cells need their
+full-depth compiles. The table says which number is which.
 The parameters and optimizer state are the compiler's sizes for those arguments alone; model
 FLOPs are arithmetic (encoder/modules/flops.py).
 
@@ -251,7 +256,8 @@ def markdown(cells: list[dict]) -> str:
     state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
     need = c['need_bytes'] if compiled else c['predicted_need_bytes']
     temporaries = f"{c['temporaries'] / GIB:.2f}" if compiled else '-'
-    source = ('compiled' + (', one row more refused' if c.get('next_refused') else '')
+    source = ('compiled' + (', one row more refused' if c.get('next_refused')
+                            else ': fits (the boundary lies higher)')
               if compiled else f"predicted ({c['line_from']}'s line)")
     lines.append(
         f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | "
