@@ -20,8 +20,10 @@ from the compiler; the largest B under the chip's HBM at the full depth follows 
 a cell (`compiled`; `--confirm`, on the topologies `--confirm_on` names). The four small
 compiles are made on the first topology only (`--small_on reference`): other generations read
 its line against their own capacity, an estimate (v6e's compiler needed less). With remat a
-row's cost at small depth is within the compiler's variation, so remat cells need their
-full-depth compiles. The table says which number is which.
+row's cost at small depth is within the compiler's variation, so a remat cell's line is
+drawn through full-depth compiles instead (the first at twice the batch the run fits
+without remat). Every walk starts from all the full-depth answers of its cell the file
+holds. The table says which number is which.
 The parameters and optimizer state are the compiler's sizes for those arguments alone; model
 FLOPs are arithmetic (encoder/modules/flops.py).
 
@@ -145,30 +147,38 @@ def bilinear(points: dict[tuple[int, int], int]) -> tuple[float, float, float, f
 
 def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confirm: str,
               line_topology: str) -> dict:
-  """One cell: the line from four small compiles (on `line_topology`: this topology, or the
-  reference one whose chips lay the same program out), the predicted largest per-chip batch at
-  the full depth under this topology's HBM, and the confirming compiles `confirm` asks for
-  (none | fit | boundary)."""
+  """One cell: a line of need against the per-chip batch at the full depth, the largest batch
+  under this topology's HBM it predicts, and the confirming compiles `confirm` asks for (none
+  | fit | boundary). Without remat the line comes from four small compiles (on
+  `line_topology`: this topology, or the reference one whose chips lay the same program out).
+  With remat a row keeps only each layer's input, a slope the small depths cannot resolve
+  from the compiler's variation, so the line is drawn through full-depth compiles on
+  `line_topology` (`remat_line`)."""
   full = config_of(exp, seq, remat, plan.dtype, None, 1)
   layers = full.model.num_layers
-  cell = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': plan.dtype, 'topology': topology,
-          'layers': layers}
-  points = {}
-  for depth in small_depths(exp):
-    for batch in small_batches(seq):
-      record = plan.compile(exp, seq, remat, line_topology, depth, batch)
-      if record is None or record['need_bytes'] is None:
-        return {**cell, 'status': 'incomplete (compile budget)' if record is None
-                else 'a small compile was refused without figures'}
-      points[(batch, depth)] = record['need_bytes']
-  a, b, c, d = bilinear(points)
-  fixed, per_row = a + b * layers, c + d * layers
   hbm = plan.target(topology).hbm_bytes
+  cell = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': plan.dtype, 'topology': topology,
+          'layers': layers, 'line_from': line_topology, 'hbm_bytes': hbm}
+  if remat:
+    line = remat_line(plan, exp, seq, line_topology, hbm if confirm != 'none' else None)
+    if line is None:
+      return {**cell, 'status': 'no full-depth compiles yet', 'largest_per_chip_batch': None}
+    fixed, per_row = line
+  else:
+    points = {}
+    for depth in small_depths(exp):
+      for batch in small_batches(seq):
+        record = plan.compile(exp, seq, remat, line_topology, depth, batch)
+        if record is None or record['need_bytes'] is None:
+          return {**cell, 'status': 'incomplete (compile budget)' if record is None
+                  else 'a small compile was refused without figures'}
+        points[(batch, depth)] = record['need_bytes']
+    a, b, c, d = bilinear(points)
+    fixed, per_row = a + b * layers, c + d * layers
   predicted = max(0, math.floor((hbm - fixed) / per_row)) if per_row > 0 else None
   status = 'predicted' if predicted is not None else \
       "no line: the small compiles' need does not grow with the batch"
-  cell.update(status=status, line_from=line_topology, hbm_bytes=hbm,
-              fixed_bytes=round(fixed),
+  cell.update(status=status, fixed_bytes=round(fixed),
               per_row_bytes=round(per_row), predicted_batch=predicted,
               predicted_need_bytes=round(fixed + per_row * (predicted or 0)))
   if confirm != 'none' and predicted:
@@ -190,40 +200,84 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
   return cell
 
 
-FULL_COMPILES = 4  # a cell's full-depth compiles, at most
+FULL_COMPILES = 4  # a cell's full-depth compiles in one run of the plan, at most
+
+
+def full_depth(plan: Plan, exp: str, seq: int, remat: bool, topology: str
+               ) -> dict[int, tuple[int, bool]]:
+  """{per-chip batch: (need, fits)} of the full-depth compiles made so far for a cell."""
+  return {r['per_chip_batch']: (r['need_bytes'], r['fits']) for r in plan.records.values()
+          if (r['exp'], r['seq'], r['remat'], r['dtype'], r['topology'], r['layers'])
+          == (exp, seq, remat, plan.dtype, topology, 0) and r['need_bytes'] is not None}
+
+
+def secant(needs: dict[int, tuple[int, bool]], hbm: int) -> tuple[float, float] | None:
+  """(fixed, per_row) of the line through the two full-depth answers nearest the HBM (of
+  different batches, need rising with the batch), None if there is no such pair."""
+  nearest = sorted(needs.items(), key=lambda item: abs(item[1][0] - hbm))[:2]
+  if len(nearest) < 2:
+    return None
+  (b1, (n1, _)), (b2, (n2, _)) = sorted(nearest)
+  if n2 <= n1:
+    return None
+  per_row = (n2 - n1) / (b2 - b1)
+  return n1 - per_row * b1, per_row
+
+
+def remat_line(plan: Plan, exp: str, seq: int, topology: str, hbm: int | None
+               ) -> tuple[float, float] | None:
+  """(fixed, per_row) at the full depth with remat on `topology`, through its full-depth
+  compiles. With none or one yet and `hbm` given (compiles allowed), it compiles: first at
+  twice the batch the run fits without remat (remat keeps a fraction of a row's activations),
+  then where that point's need scaled to the HBM lands (need / batch over-counts a row, so
+  the second lands below the boundary)."""
+  needs = full_depth(plan, exp, seq, True, topology)
+  if len(needs) < 2 and hbm is not None:
+    plain = [b for b, (_, ok) in full_depth(plan, exp, seq, False, topology).items() if ok]
+    batch = 2 * max(plain, default=small_batches(seq)[1])
+    for _ in range(2 - len(needs)):
+      if needs:
+        b0, (n0, _) = next(iter(needs.items()))
+        batch = max(1, math.floor(b0 * hbm / n0))
+        if batch in needs:
+          batch = b0 * 2
+      record = plan.compile(exp, seq, True, topology, None, batch)
+      if record is None or record['need_bytes'] is None:
+        break
+      needs[batch] = (record['need_bytes'], record['fits'])
+  return secant(needs, hbm or plan.target(topology).hbm_bytes)
 
 
 def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float, hbm: int,
                           boundary: bool):
   """Full-depth compiles from the predicted batch toward the largest that fits: each next
-  batch where the line through the two nearest full-depth answers (the small compiles' slope
-  while there is one) meets the HBM; with `boundary`, until a refused batch lies one row
-  above a fitting one. Returns (batch, its record, whether batch + 1 was refused (None: not
-  compiled)), or None when nothing fit within the compiles allowed."""
+  batch where the line through the two full-depth answers nearest the HBM (every earlier
+  run's included; the cell's own line while there is no such pair) meets it; with
+  `boundary`, until a refused batch lies one row above a fitting one. Returns (batch, its
+  record, whether batch + 1 was refused (None: not compiled)), or None when nothing fit."""
   exp, seq, remat, topology = cell['exp'], cell['seq'], cell['remat'], cell['topology']
-  needs, batch = {}, predicted
-  for _ in range(FULL_COMPILES):
+  needs = full_depth(plan, exp, seq, remat, topology)
+  batch, made = predicted, 0
+  while made < FULL_COMPILES:
+    low = max((b for b, (_, ok) in needs.items() if ok), default=0)
+    high = min((b for b, (_, ok) in needs.items() if not ok), default=None)
+    if needs and low and (not boundary or high == low + 1):
+      break
+    if needs:
+      line = secant(needs, hbm)
+      b0, (n0, _) = min(needs.items(), key=lambda item: abs(item[1][0] - hbm))
+      batch = (math.floor((hbm - line[0]) / line[1]) if line
+               else math.floor(b0 + (hbm - n0) / per_row))
+      batch = max(batch, low + 1)
+      if high is not None:
+        batch = min(batch, high - 1)
+      if batch < 1 or batch in needs:
+        break
     record = plan.compile(exp, seq, remat, topology, None, batch)
+    made += 1
     if record is None or record['need_bytes'] is None:
       break
     needs[batch] = (record['need_bytes'], record['fits'])
-    low = max((b for b, (_, ok) in needs.items() if ok), default=0)
-    high = min((b for b, (_, ok) in needs.items() if not ok), default=None)
-    if low and (not boundary or high == low + 1):
-      break
-    known = sorted((b, n) for b, (n, _) in needs.items())
-    nearest = sorted(known, key=lambda k: abs(k[1] - hbm))[:2]
-    slope = per_row
-    if len(nearest) == 2 and nearest[0][0] != nearest[1][0]:
-      (b1, n1), (b2, n2) = sorted(nearest)
-      slope = (n2 - n1) / (b2 - b1) if n2 > n1 else per_row
-    b0, n0 = nearest[0]
-    batch = math.floor(b0 + (hbm - n0) / slope)
-    batch = max(batch, low + 1)
-    if high is not None:
-      batch = min(batch, high - 1)
-    if batch < 1 or batch in needs:
-      break
   fitting = [b for b, (_, ok) in needs.items() if ok]
   refused = [b for b, (_, ok) in needs.items() if not ok]
   if refused:

@@ -30,8 +30,9 @@ import time
 import jax
 
 from encoder import storage
+from encoder.config_schema import PRETRAINING_TASKS
 from encoder.errors import OutOfMemoryError
-from encoder.modules.flops import model_flops
+from encoder.modules.flops import electra_flops, model_flops
 from encoder.tasks.pretraining import max_predictions
 from encoder.train import hlo_structure, out_of_memory, run_setup, targets
 from encoder.train.run_setup import RunSetup, setup_for_target
@@ -100,10 +101,10 @@ def _budgeted(run: RunSetup) -> bool:
 def _refused_bytes(message: str, run: RunSetup) -> int | None:
   """What a refused step needs a device, from the compiler's message: its temporaries (the
   figure TPU's message names) plus the arguments, which are the state and the batch."""
-  found = re.search(r'required for HLO temporaries \(' + targets.SIZE + r'\)', message)
+  found = re.search(r'required for HLO temporaries \(' + out_of_memory.SIZE + r'\)', message)
   if not found:
     return None
-  return targets.parse_size(*found.groups()) + _argument_bytes(run)
+  return out_of_memory.parse_size(*found.groups()) + _argument_bytes(run)
 
 
 def _argument_bytes(run: RunSetup) -> int:
@@ -154,9 +155,13 @@ def attention_forms(run: RunSetup, training: bool = True) -> dict[str, str]:
 
 
 def step_flops(run: RunSetup) -> float:
+  """Model FLOPs of the run's train step (arithmetic from the shapes; modules/flops.py)."""
   c = run.config
-  preds = max_predictions(c) if c.task == 'pretraining' else 0
-  return model_flops(run.model.config, c.train.batch_size, c.data.max_seq_length, preds)
+  preds = max_predictions(c) if c.task in PRETRAINING_TASKS else 0
+  shape = (c.train.batch_size, c.data.max_seq_length, preds)
+  if c.task == 'electra':
+    return electra_flops(run.model.config, run.model.generator_config, *shape)
+  return model_flops(run.model.config, *shape)
 
 
 def with_batch(config, batch: int):

@@ -15,7 +15,14 @@ import jax
 from encoder.errors import OutOfMemoryError
 
 GIB = 2 ** 30
+# A size as XLA's messages print it: '15.75G', '1.50GiB', '205.00 G', '512B'.
+SIZE = r'([\d.]+)\s*([KMGT]i?B?|B)?'
 _UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
+
+
+def parse_size(number: str, unit: str | None) -> int:
+  """'15.75', 'G' -> bytes (XLA's human-readable sizes count in powers of 1024)."""
+  return int(float(number) * _UNITS[(unit or '').rstrip('iB')[:1]])
 
 
 def gib(nbytes: float) -> str:
@@ -33,8 +40,8 @@ def requested_bytes(message: str) -> int | None:
   found = re.search(r'(\d+) bytes', message)
   if found:
     return int(found.group(1))
-  found = re.search(r'allocate ([\d.]+)\s*([KMGT])i?B?\b', message)
-  return int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None
+  found = re.search(r'allocate ' + SIZE, message)
+  return parse_size(*found.groups()) if found else None
 
 
 def knobs(config, forms: dict[str, str] | None = None, *, devices: int = 1) -> str:

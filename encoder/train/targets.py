@@ -24,6 +24,7 @@ import re
 import sys
 
 from encoder.errors import ConfigError
+from encoder.train import out_of_memory
 
 TPU_NAME = re.compile(r'^(v\d+[a-z]*):(\d+(?:x\d+){1,2})$')
 GPU_NAME = re.compile(r'^h100(?::(\d+))?$')
@@ -72,11 +73,6 @@ class Target:
   @property
   def kind(self) -> str:
     return self.devices[0].device_kind
-
-  @property
-  def folder(self) -> str:
-    """The name as a folder of WORKDIR/compile/ (v5e:2x2 -> v5e-2x2)."""
-    return self.name.replace(':', '-')
 
 
 def check_name(name: str) -> str:
@@ -169,23 +165,14 @@ def _tpu_hbm(devices) -> int:
   raise RuntimeError('the TPU compiler accepted a 1 TiB program: its HBM size is unknown')
 
 
-SIZE = r'([\d.]+)\s*([KMGT]i?B?|B)?'
-UNITS = {'': 1, 'B': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
-
-
-def parse_size(number: str, unit: str | None) -> int:
-  """'15.75', 'G' -> bytes (XLA's human-readable sizes count in powers of 1024)."""
-  return int(float(number) * UNITS[(unit or '').rstrip('iB')[:1] or ''])
-
-
 def available_bytes(message: str) -> int | None:
   """The capacity a TPU compiler's RESOURCE_EXHAUSTED message names, in bytes (None if it
   names none)."""
-  found = re.search(r'available HBM \(' + SIZE + r'\)', message)
+  found = re.search(r'available HBM \(' + out_of_memory.SIZE + r'\)', message)
   if found:
-    return parse_size(*found.groups())
-  found = re.search(r'Used ' + SIZE + r' of ' + SIZE + r' hbm', message)
-  return parse_size(*found.groups()[2:]) if found else None
+    return out_of_memory.parse_size(*found.groups())
+  found = re.search(r'Used ' + out_of_memory.SIZE + r' of ' + out_of_memory.SIZE + r' hbm', message)
+  return out_of_memory.parse_size(*found.groups()[2:]) if found else None
 
 
 def _first_line(error: Exception) -> str:

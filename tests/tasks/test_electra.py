@@ -244,3 +244,27 @@ def test_modern_packed_mesh_bfloat16_electra_trains(tmp_path, corpus, cache_dir)
                   'train.max_minutes=5', 'electra.embedding_sharing=disentangled',
                   exp='electra_small:smoke')
   assert np.isfinite(metrics['loss']) and 0 <= metrics['disc_accuracy'] <= 1
+
+
+def test_step_flops_count_both_encoders_and_heads_from_the_parameter_shapes():
+  """`electra_flops` against a count from ElectraForPretraining's own kernels (embedding
+  projections left out): 6 x kernel size x the rows each kernel sees (every token for the
+  encoders and the discriminator's head, one a row for the pooler, the masked positions for
+  the generator's MLM head, whose dense maps to the embedding
+  width and decodes through the tied table), plus attention's 12 d B T^2 a layer."""
+  from encoder.modules.flops import electra_flops
+  cfg, gen = _configs()
+  shapes = jax.eval_shape(lambda: nn.unbox(ElectraForPretraining(cfg, gen).init(
+      jax.random.key(0), _batch()))['params'])
+  batch, seq, preds = 3, 16, 4
+  want = 0
+  for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+    name = jax.tree_util.keystr(path)
+    if path[-1].key != 'kernel' or 'embedding_projection' in name:
+      continue
+    rows = (batch * preds if name.startswith("['generator_mlm']") else
+            batch if 'pooler' in name else batch * seq)
+    want += 6 * int(np.prod(leaf.shape)) * rows
+  want += 6 * cfg.embedding_width * VOCAB * batch * preds  # the tied decoder
+  want += sum(12 * c.hidden_size * batch * seq * seq * c.num_layers for c in (cfg, gen))
+  assert electra_flops(cfg, gen, batch, seq, preds) == pytest.approx(want)
