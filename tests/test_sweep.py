@@ -9,7 +9,7 @@ import pytest
 from encoder import configs
 from encoder.errors import ConfigError
 from encoder.sweep import grid, parse_sweep, run_sweep, write_report
-from encoder.sweep.report import plot_axes
+from encoder.sweep.report import plot_axes, sweep_figure
 from encoder.sweep.status import write_status
 from tests.train.conftest import smoke_overrides
 
@@ -242,3 +242,25 @@ def test_the_cram_sweeps_vary_one_choice_at_one_wall_clock():
   # A user's --config.train.max_minutes=60 makes them hour-long arms.
   assert all(key != 'train.max_minutes' for key, _ in
              parse_sweep('positions', config, module, frozenset({'train.max_minutes'})))
+
+
+def test_the_plot_gives_each_main_metric_its_own_row_of_panels():
+  """Table 5's ELECTRA arm is judged by its discriminator's accuracy: drawn in a row of its
+  own, not dropped for lack of the MLM arms' metric nor drawn on their axis."""
+  def record(name, metric, values):
+    return {'name': name, 'main_metric': metric,
+            'eval_curve': [{'step': 100 * (i + 1), 'elapsed_minutes': 2.0 * (i + 1), metric: v}
+                           for i, v in enumerate(values)]}
+  records = [record('mlm', 'mlm_accuracy', [0.1, 0.2]),
+             record('causal', 'mlm_accuracy', [0.05, 0.1]),
+             record('electra', 'disc_accuracy', [0.8, 0.9, 0.95])]
+  panels = sweep_figure(records).axes
+  assert len(panels) == 4  # 2 metrics x (steps, minutes)
+  drawn = [(p.get_ylabel(), p.get_xlabel(), sorted(line.get_label() for line in p.lines))
+           for p in panels]
+  assert drawn == [
+      ('held-out mlm_accuracy', 'step', ['causal', 'mlm']),
+      ('held-out mlm_accuracy', 'minutes of training (wall clock)', ['causal', 'mlm']),
+      ('held-out disc_accuracy', 'step', ['electra']),
+      ('held-out disc_accuracy', 'minutes of training (wall clock)', ['electra'])]
+  assert list(panels[3].lines[0].get_ydata()) == [0.8, 0.9, 0.95]

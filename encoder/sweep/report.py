@@ -121,22 +121,31 @@ def plot_axes(records: list[dict]) -> list[str]:
 
 
 def _plot(records: list[dict], path: str) -> None:
-  from matplotlib.figure import Figure
-  metric = records[0]['main_metric']
-  axes = plot_axes(records)
-  fig = Figure(figsize=(7 * len(axes), 4.5), layout='constrained')
-  for i, x in enumerate(axes):
-    ax = fig.add_subplot(1, len(axes), i + 1)
-    for r in records:
-      curve = [(e[x], e[metric]) for e in r['eval_curve'] if metric in e]
-      if curve:
-        xs, values = zip(*curve, strict=True)
-        ax.plot(xs, values, marker='o', markersize=3, label=r['name'])
-    ax.set_xlabel('step' if x == 'step' else 'minutes of training (wall clock)')
-    ax.set_ylabel(f'held-out {metric}')
-    ax.grid(alpha=0.3)
-    if ax.lines:
-      ax.legend(fontsize=8)
   image = io.BytesIO()
-  fig.savefig(image, format='png', dpi=120)
+  sweep_figure(records).savefig(image, format='png', dpi=120)
   storage.write_atomic(path, image.getvalue())
+
+
+def sweep_figure(records: list[dict]):
+  """sweep.png's figure: one row of panels per main metric among the arms (an ELECTRA arm's
+  discriminator accuracy is not an MLM accuracy: it gets its own row), one column per x
+  axis."""
+  from matplotlib.figure import Figure
+  metrics = list(dict.fromkeys(r['main_metric'] for r in records))
+  axes = plot_axes(records)
+  fig = Figure(figsize=(7 * len(axes), 4.5 * len(metrics)), layout='constrained')
+  for row, metric in enumerate(metrics):
+    for i, x in enumerate(axes):
+      ax = fig.add_subplot(len(metrics), len(axes), row * len(axes) + i + 1)
+      for r in records:
+        curve = [(e[x], e[metric]) for e in r['eval_curve']
+                 if r['main_metric'] == metric and metric in e]
+        if curve:
+          xs, values = zip(*curve, strict=True)
+          ax.plot(xs, values, marker='o', markersize=3, label=r['name'])
+      ax.set_xlabel('step' if x == 'step' else 'minutes of training (wall clock)')
+      ax.set_ylabel(f'held-out {metric}')
+      ax.grid(alpha=0.3)
+      if ax.lines:
+        ax.legend(fontsize=8)
+  return fig
