@@ -7,6 +7,9 @@
       minutes where the run had a wall-clock budget (each step's saved training clock);
   one checkpoint step directory: one arm, `pretrained`;
   a sweep folder (`launch.py --sweep`): one arm per finished run, named as the run;
+  several of these, comma-separated (runs/cram,runs/cram_electra): one arm each, named by its
+      folder (the Hub's by its name), to judge runs that no sweep made in one table, their
+      seed ranges compared;
   a model on the Hub, hf://ORG/NAME[@REVISION]: one arm, `pretrained`, its runs starting from
       the name pinned to the commit converted (encoder/hub_cache.py), which their configs say.
 `scratch` (`suite.scratch=true`) is the first arm's architecture and tokenizer with random
@@ -51,17 +54,52 @@ def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -
   if not init_from:
     raise ConfigError('--eval_suite needs --config.init_from=RUN (a workdir, a checkpoint, a '
                       'sweep folder, a converted Hugging Face model or hf://ORG/NAME)')
-  if hub_cache.is_hub_name(init_from):  # converted here (launch.py converts it first)
-    model = hub_cache.find(init_from)
-    arms = [Arm('pretrained', (f'init_from={model.pinned}',), model.workdir)]
+  sources = split_sources(init_from)
+  if len(sources) == 1:
+    arms = source_arms(sources[0], checkpoints)
   else:
-    path = storage.abspath(os.path.expanduser(init_from))
-    if not storage.exists(path):
-      raise ConfigError(f"init_from '{init_from}' does not exist")
-    arms = sweep_arms(path) if is_sweep_folder(path) else run_arms(path, checkpoints)
+    arms = []
+    for source in sources:
+      found = source_arms(source, 'last')
+      arms += [dataclasses.replace(arm, name=source_name(source) if len(found) == 1
+                                   else f'{source_name(source)}-{arm.name}') for arm in found]
+    names = [arm.name for arm in arms]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+      raise ConfigError(f"init_from names two runs '{repeated[0]}': the arms are named by "
+                        'their folders, so give runs in folders of different names')
   if scratch:
     arms.append(scratch_arm(arms[0].run_dir))
   return [fair_pooling(arm) for arm in arms]
+
+
+def split_sources(init_from: str) -> list[str]:
+  """The runs (or sweep folders, checkpoints, Hub names) a comma-separated init_from names."""
+  return [s.strip() for s in str(init_from).split(',') if s.strip()]
+
+
+def source_name(source: str) -> str:
+  """An arm's name for one of several sources: its folder's name (a checkpoint step's run's
+  and step), or a Hub model's name."""
+  if hub_cache.is_hub_name(source):
+    return hub_cache.parse_name(source).repo_id.split('/')[-1]
+  path = os.path.normpath(os.path.expanduser(source))
+  run, step = os.path.split(path)
+  if os.path.basename(run) == 'checkpoints':
+    return f'{os.path.basename(os.path.dirname(run))}-step{step}'
+  return step
+
+
+def source_arms(source: str, checkpoints: str) -> list[Arm]:
+  if hub_cache.is_hub_name(source):  # converted here (launch.py converts it first)
+    model = hub_cache.find(source)
+    return [Arm('pretrained', (f'init_from={model.pinned}',), model.workdir)]
+  path = storage.abspath(os.path.expanduser(source))
+  if not storage.exists(path):
+    raise ConfigError(f"init_from '{source}' does not exist")
+  if is_sweep_folder(path):
+    return sweep_arms(path)
+  return run_arms(path, checkpoints)
 
 
 def fair_pooling(arm: Arm) -> Arm:

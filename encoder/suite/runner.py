@@ -36,7 +36,15 @@ log = logging.getLogger('encoder')
 
 def default_suite_dir(init_from: str, name: str) -> str:
   """INIT_FROM/suites/NAME: beside the run (or inside the sweep folder) it evaluates; for a
-  model on the Hub, runs/hf/ORG--NAME/suites/NAME (not in the cache of its conversion)."""
+  model on the Hub, runs/hf/ORG--NAME/suites/NAME (not in the cache of its conversion); for
+  several runs, suites/NAME in the folder that holds them all (runs/suites/NAME for
+  runs/cram,runs/cram_electra)."""
+  sources = arms_lib.split_sources(init_from)
+  if len(sources) > 1:
+    if any(hub_cache.is_hub_name(s) for s in sources):
+      return os.path.join('runs', 'suites', name)
+    paths = [storage.abspath(os.path.expanduser(s)) for s in sources]
+    return os.path.join(os.path.commonpath(paths), 'suites', name)
   if hub_cache.is_hub_name(init_from):
     repo_id = hub_cache.parse_name(init_from).repo_id
     return os.path.join('runs', 'hf', repo_id.replace('/', '--'), 'suites', name)
@@ -123,9 +131,10 @@ def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,
       runs += more
       complete = run_all(more, parallel, bool(suite.keep_weights), write_report)
   summary = write_report()
-  sweep_dir = storage.abspath(os.path.expanduser(hub_cache.local_path(settings.init_from)))
-  if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns
-    write_sweep_report(sweep_dir)
+  for source in arms_lib.split_sources(settings.init_from):
+    sweep_dir = storage.abspath(os.path.expanduser(hub_cache.local_path(source)))
+    if arms_lib.is_sweep_folder(sweep_dir):  # its report gains the downstream columns
+      write_sweep_report(sweep_dir)
   log.info('suite %s %s in %.0f s: %s', name, 'finished' if complete else 'stopped',
            time.time() - start, os.path.join(suite_dir, 'suite.md'))
   return summary

@@ -150,6 +150,36 @@ def test_checkpoint_steps_and_sweep_arms(tmp_path, fake_trainer):
   assert 'glue:sst2' in (sweep / 'sweep.md').read_text()
 
 
+def test_several_runs_are_the_arms_of_one_suite_named_by_their_folders(tmp_path, fake_trainer):
+  """runs/cram,runs/cram_electra: two runs no sweep made, judged in one table (the seed
+  ranges compared), each arm from its own run, the suite beside them; a step of a run is an
+  arm too; two folders of one name are refused in one line, before any run."""
+  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
+  mlm = fake_run(tmp_path / 'runs' / 'cram', steps=(100,))
+  electra = fake_run(tmp_path / 'runs' / 'cram_electra')
+  step = os.path.join(mlm, 'checkpoints', '100')
+  cwd = os.getcwd()
+  os.chdir(tmp_path)  # the default suite folder is relative to the runs it judges
+  try:
+    summary = run_suite('glue', [f'init_from=runs/cram, runs/cram_electra,{step}',
+                                 f'suite.data_dir={data_dir}', 'suite.seeds=1', *BUDGET])
+  finally:
+    os.chdir(cwd)
+  assert list(summary['arms']) == ['cram', 'cram_electra', 'cram-step100', 'scratch']
+  suite = tmp_path / 'runs' / 'suites' / 'glue'
+  assert (suite / 'suite.json').exists()
+  for arm, start in (('cram', mlm), ('cram_electra', electra), ('cram-step100', step)):
+    status = read_status(str(suite / arm / 'sst2-seed0'))
+    assert os.path.abspath(status['overrides'][0].partition('=')[2]) == os.path.abspath(start)
+  assert '| cram_electra |' in (suite / 'suite.md').read_text()
+  calls = list(fake_trainer.calls)
+  other = fake_run(tmp_path / 'elsewhere' / 'cram')
+  with pytest.raises(ConfigError, match="names two runs 'cram'"):
+    run_suite('glue', [f'init_from={mlm},{other}', f'suite.data_dir={data_dir}', *BUDGET],
+              str(tmp_path / 'twice'))
+  assert fake_trainer.calls == calls and not (tmp_path / 'twice').exists()
+
+
 def test_steps_of_a_budgeted_run_are_placed_by_the_minutes_their_clock_had_counted(
     tmp_path, fake_trainer):
   run = fake_run(tmp_path / 'run', steps=(100, 200))
