@@ -162,7 +162,8 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
   if remat:
     line = remat_line(plan, exp, seq, line_topology, hbm if confirm != 'none' else None)
     if line is None:
-      return {**cell, 'status': 'no full-depth compiles yet', 'largest_per_chip_batch': None}
+      return {**cell, 'largest_per_chip_batch': None, 'status': 'no line: fewer than two '
+              'full-depth compiles, or need not rising with the batch across them'}
     fixed, per_row = line
   else:
     points = {}
@@ -212,16 +213,19 @@ def full_depth(plan: Plan, exp: str, seq: int, remat: bool, topology: str
 
 
 def secant(needs: dict[int, tuple[int, bool]], hbm: int) -> tuple[float, float] | None:
-  """(fixed, per_row) of the line through the two full-depth answers nearest the HBM (of
-  different batches, need rising with the batch), None if there is no such pair."""
-  nearest = sorted(needs.items(), key=lambda item: abs(item[1][0] - hbm))[:2]
-  if len(nearest) < 2:
-    return None
-  (b1, (n1, _)), (b2, (n2, _)) = sorted(nearest)
-  if n2 <= n1:
-    return None
-  per_row = (n2 - n1) / (b2 - b1)
-  return n1 - per_row * b1, per_row
+  """(fixed, per_row) of a line of need against batch through the cell's full-depth answers:
+  through the pair nearest the HBM whose need rises with the batch (near its capacity the
+  compiler rematerializes on its own, so need is not monotonic there and the two nearest can
+  slope down), else the least-squares line through all of them; None without two batches or
+  a rising line. The walk clamps its guesses between the largest batch that fit and the
+  smallest refused."""
+  items = sorted(needs.items(), key=lambda item: abs(item[1][0] - hbm))
+  for i, (b1, (n1, _)) in enumerate(items):
+    for b2, (n2, _) in items[i + 1:]:
+      if (n2 - n1) * (b2 - b1) > 0:
+        per_row = (n2 - n1) / (b2 - b1)
+        return n1 - per_row * b1, per_row
+  return None
 
 
 def remat_line(plan: Plan, exp: str, seq: int, topology: str, hbm: int | None
@@ -302,10 +306,10 @@ def markdown(cells: list[dict]) -> str:
                    f"- | - | - | {c['status']} |")
       continue
     compiled = c['status'] == 'compiled'
-    if not compiled and c.get('refused_at'):  # the line overshot; no fitting batch compiled yet
+    if not compiled and c.get('refused_at'):  # no fitting batch compiled yet
       lines.append(f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | < "
-                   f"{c['refused_at']} | - | - | - | - | - | line's {c['predicted_batch']} and "
-                   f"{c['refused_at']} compiled and refused |")
+                   f"{c['refused_at']} | - | - | - | - | - | refused at {c['refused_at']}; "
+                   f"the line's {c['predicted_batch']} not compiled yet |")
       continue
     state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
     need = c['need_bytes'] if compiled else c['predicted_need_bytes']
