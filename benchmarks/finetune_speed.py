@@ -271,7 +271,8 @@ def _ours_shape(hf_config):
   return SimpleNamespace(
       hidden_size=hf_config.hidden_size, num_layers=hf_config.num_hidden_layers,
       vocab_size=hf_config.vocab_size, intermediate_size=hf_config.intermediate_size,
-      activation='gelu', pooler='tanh', local_window=0, is_local=lambda i: False)
+      embedding_width=hf_config.hidden_size, activation='gelu', pooler='tanh', local_window=0,
+      is_local=lambda i: False)
 
 
 def _StepClock(times: list):  # noqa: N802 - builds a TrainerCallback class lazily (torch import)

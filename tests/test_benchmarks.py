@@ -216,7 +216,7 @@ def test_finetune_speed_counts_each_example_at_its_own_length():
   padded = {'input_mask': np.array([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])}
   assert speed.example_lengths(padded) == [3, 1]  # an empty filler row is no example
   cfg = SimpleNamespace(hidden_size=4, num_layers=2, vocab_size=10, intermediate_size=8,
-                        activation='gelu', pooler='none', local_window=0,
+                        embedding_width=4, activation='gelu', pooler='none', local_window=0,
                         is_local=lambda i: False)
   flops = speed.Counter(cfg)
   flops.add([3, 2, 2], (2, 6))
@@ -402,7 +402,7 @@ def test_finetune_speed_runs_every_arm_and_the_ceiling_in_its_dtype(dtype, tmp_p
   from types import SimpleNamespace
   speed = _script('finetune_speed')
   shape = SimpleNamespace(hidden_size=384, num_layers=6, vocab_size=30522, intermediate_size=1536,
-                          activation='gelu', pooler='tanh', local_window=0,
+                          embedding_width=384, activation='gelu', pooler='tanh', local_window=0,
                           is_local=lambda i: False)  # MiniLM-L6's
   seen = {'ours': [], 'theirs': [], 'ceiling': []}
 
