@@ -21,7 +21,7 @@ import sys
 
 import jax
 
-from encoder import config_schema, configs
+from encoder import configs, saved_config
 from encoder.checkpoint_files import restore_newest_params
 from encoder.errors import EncoderError
 from encoder.modules.config import model_config
@@ -30,7 +30,7 @@ from encoder.tasks import electra, pretraining
 
 
 def _config(run: str):
-  return configs.from_json(json.dumps(config_schema.read_saved(run)))
+  return configs.from_json(json.dumps(saved_config.read_saved(run)))
 
 
 def _generator_groups(params: dict) -> dict:

@@ -9,21 +9,18 @@ Model fields marked `preset` are None until the run's config is resolved
 experiment or the command line left unset, so a field set explicitly wins over the preset
 and `--config.model.size=mini` changes the shape. Fields the data answers (the vocabulary,
 the labels, the run length of an epoch-based run) stay None until the data is read; FROM_DATA
-says where each comes from. `complete` fills the keys a config.json written by an earlier
-version lacks, so readers of saved configs see every field too.
+says where each comes from. encoder/saved_config.py reads a run's config.json against this
+schema.
 
 Jax-free: the command line prints and checks configs without starting JAX.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from ml_collections import config_dict
 
-from encoder import storage
 from encoder.errors import ConfigError
 
 # (num_layers, hidden_size, num_heads) of the BERT family (Turc et al., 2019; Devlin et al., 2019).
@@ -460,42 +457,3 @@ def task_config(task: str) -> config_dict.ConfigDict:
   if task == 'contrastive':
     return contrastive(c)
   return span_qa(c) if task == 'span_qa' else c
-
-
-def complete(saved: dict) -> dict:
-  """A saved config (config.json as a dict) with every field the schema of its task has and it
-  lacks (written by an earlier version) filled in: missing model fields from its size's
-  preset, the others from their default. What it holds is kept as it is."""
-  schema = task_config(saved.get('task', 'pretraining')).to_dict()  # earliest files: pretraining
-  model = dict(saved.get('model') or {})
-  if model.get('size', 'base') in SIZES:  # an unknown size is refused where it is resolved
-    for key, value in preset(model.get('size', 'base')).items():
-      model.setdefault(key, value)
-  return _merged(schema, {**saved, 'model': model})
-
-
-def head_pooling(saved: dict) -> str:
-  """How a fine-tuned sentence-level head pools a run's encoder unless the fine-tuning config
-  sets model.pooling: the run's own model.pooling, except for a model imported from
-  sentence-transformers, whose encoder was trained to be read by its pipeline's pooling (mean
-  for all-MiniLM-L6-v2): its heads read it the same way (docs/finetuning.md measures it)."""
-  embed = saved.get('embed') or {}
-  if embed.get('sentence_transformers') and embed.get('pooling') in ('cls', 'mean'):
-    return embed['pooling']
-  return (saved.get('model') or {}).get('pooling') or 'cls'
-
-
-def read_saved(workdir: str) -> dict:
-  """A run's config.json, `complete`d: what resume, `init_from`, `encoder.load` and the sweep
-  and suite readers see of a run written by any version."""
-  return complete(json.loads(storage.read_text(os.path.join(workdir, 'config.json'))))
-
-
-def _merged(defaults: dict, saved: dict) -> dict:
-  out = dict(saved)
-  for key, value in defaults.items():
-    if key not in out:
-      out[key] = value
-    elif isinstance(value, dict) and isinstance(out[key], dict):
-      out[key] = _merged(value, out[key])
-  return out

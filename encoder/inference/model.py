@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from encoder import config_schema, storage
+from encoder import saved_config, storage
 from encoder.checkpoint_files import resolve_checkpoint, restore_newest_params
 from encoder.data.tokenizer import load_tokenizer
 from encoder.errors import CheckpointError, ConfigError, DataError
@@ -97,7 +97,7 @@ def _read_workdir(workdir: str, attention_impl: str = 'auto'):
     tokenizer = load_tokenizer(tokenizer_dir)
   except DataError as e:
     raise CheckpointError(f"'{workdir}': unreadable tokenizer ({e})") from None
-  config = config_schema.complete(config)  # fields an earlier version did not write
+  config = saved_config.complete(config)  # fields an earlier version did not write
   try:  # what training refuses, refused here too: the override below would hide a bad name
     checked(config['model'])
   except ConfigError as e:

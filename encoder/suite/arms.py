@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from encoder import config_schema, hub_cache, storage
+from encoder import hub_cache, saved_config, storage
 from encoder.checkpoint_files import find_run_directory, step_data_state
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS
@@ -104,8 +104,8 @@ def source_arms(source: str, checkpoints: str) -> list[Arm]:
 
 def fair_pooling(arm: Arm) -> Arm:
   """The arm with its pooling and width stated, and pooled by the tokens' mean if causal."""
-  saved = config_schema.read_saved(arm.run_dir)
-  model, pooling = saved['model'], config_schema.head_pooling(saved)
+  saved = saved_config.read_saved(arm.run_dir)
+  model, pooling = saved['model'], saved_config.head_pooling(saved)
   arm = dataclasses.replace(arm, hidden_size=int(model.get('hidden_size') or 0))
   if model.get('attention') != 'causal' or pooling == 'mean':
     return dataclasses.replace(arm, pooling=pooling)
@@ -176,7 +176,7 @@ def checkpoint_steps(run_dir: str) -> list[int]:
 
 def scratch_arm(run_dir: str) -> Arm:
   """The run's architecture (every field its config.json fixes) and tokenizer, no weights."""
-  model = config_schema.read_saved(run_dir)['model']
+  model = saved_config.read_saved(run_dir)['model']
   overrides = ['init_from=', f"data.tokenizer={os.path.join(run_dir, 'tokenizer')}"]
   overrides += [f'model.{k}={_text(model[k])}' for k in ARCHITECTURE_FIELDS
                 if model[k] is not None]

@@ -8,7 +8,7 @@ import io
 import json
 import os
 
-from encoder import config_schema, storage
+from encoder import saved_config, storage
 from encoder.sweep.status import last_step, read_status
 from encoder.train.metric_writer import read_metrics
 
@@ -31,7 +31,7 @@ def collect(sweep_dir: str) -> list[dict]:
     config_path = os.path.join(workdir, 'config.json')
     task = 'pretraining'  # a run that never started: its metrics are the train loss's
     if storage.exists(config_path):
-      task = config_schema.read_saved(workdir)['task']
+      task = saved_config.read_saved(workdir)['task']
     record['main_metric'] = MAIN_METRIC.get(task, 'loss')
     records.append(record)
   return records

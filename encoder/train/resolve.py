@@ -25,7 +25,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
-from encoder import config_schema, configs, storage
+from encoder import config_schema, configs, saved_config, storage
 from encoder.checkpoint_files import decay_source, find_run_directory, resolve_checkpoint
 from encoder.errors import ConfigError
 from encoder.modules.config import ARCHITECTURE_FIELDS, check_electra, checked
@@ -89,8 +89,8 @@ def origin_fields(config) -> dict[str, Any]:
   run = find_run_directory(origin)
   if run is None:
     return {}
-  saved_config = config_schema.read_saved(run)
-  saved = saved_config['model']
+  run_config = saved_config.read_saved(run)
+  saved = run_config['model']
   # A branch keeps what its config sets (the context phase raises model.rope_theta; a shape
   # that differs fails to restore, in one line); init_from's run dictates the whole encoder.
   # The pooling is how a head reads the encoder, not part of its weights: a fine-tuning run
@@ -101,11 +101,11 @@ def origin_fields(config) -> dict[str, Any]:
             and not ((keep_set or key in HEAD_FIELDS) and config.model[key] is not None)}
   if (config.init_from and config.model.pooling is None
       and config.task not in config_schema.PRETRAINING_TASKS):
-    fields['model.pooling'] = config_schema.head_pooling(saved_config)  # the head's reading
+    fields['model.pooling'] = saved_config.head_pooling(run_config)  # the head's reading
   # How the origin makes sentence vectors (an imported sentence-transformers model's pooling,
   # normalisation, length), unless this config sets a value of its own.
   default = config_schema.embed_section()
-  for key, value in saved_config['embed'].items():
+  for key, value in run_config['embed'].items():
     if key in default and config.embed[key] == default[key] and value != default[key]:
       fields[f'embed.{key}'] = value
   tokenizer_dir = os.path.join(run, 'tokenizer')

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 
-from encoder import config_schema, configs, storage, store_retry
+from encoder import configs, saved_config, storage, store_retry
 from encoder.errors import ConfigError
 from encoder.train import distributed, out_of_memory, workdir_lock, xla_cache
 from encoder.train import resolve as resolve_lib
@@ -52,7 +52,7 @@ def check_workdir(config, workdir: str) -> dict | None:
   path = os.path.join(workdir, 'config.json')
   if not storage.exists(path):
     return None
-  saved = config_schema.read_saved(workdir)
+  saved = saved_config.read_saved(workdir)
   current = config.to_dict()
   # The experiment first, as the most telling difference; fields the data fills (unset here)
   # do not count.

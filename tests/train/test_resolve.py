@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from encoder import config_schema, configs
+from encoder import config_schema, configs, saved_config
 from encoder.errors import CheckpointError, ConfigError
 from encoder.train import resolve
 from encoder.train.trainer import check_workdir
@@ -144,7 +144,7 @@ def test_a_config_json_of_an_earlier_version_is_completed_and_resumes(tmp_path):
                        ('model', 'classifier_head'), ('model', 'pooling')):
     del saved[section][key]  # fields added to the code since
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  completed = config_schema.read_saved(str(tmp_path))
+  completed = saved_config.read_saved(str(tmp_path))
   assert completed['model']['classifier_head'] == 'linear'  # tiny's preset
   assert completed['data']['read_concurrency'] == 64
   assert check_workdir(config, str(tmp_path)) == completed

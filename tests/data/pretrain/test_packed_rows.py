@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from ml_collections import config_dict
 
-from encoder import config_schema
+from encoder import saved_config
 from encoder.data.pretrain import instances, packed_rows, preparation
 from encoder.data.pretrain.pretraining_data import build_pretraining_data
 from encoder.errors import ConfigError
@@ -154,7 +154,7 @@ def test_unpacked_preparations_keep_their_folder_names(corpus_dir, tmp_path):
   plain = preparation.settings(make_config(corpus_dir, tmp_path), str(tmp_path / 'r'))
   old = make_config(corpus_dir, tmp_path).to_dict()
   del old['data']['packing']  # a config.json from before the field existed, completed as read
-  config = config_dict.ConfigDict(config_schema.complete(old))
+  config = config_dict.ConfigDict(saved_config.complete(old))
   assert preparation.settings(config, str(tmp_path / 'r'))['instances_dir'] == \
       plain['instances_dir']
   assert 'packing' not in plain['instances']
