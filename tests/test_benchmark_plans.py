@@ -1,0 +1,89 @@
+"""Model FLOPs counted from the model's own parameter shapes, and tpu_plan's arithmetic: the
+affine line of need against batch and depth, and the walk of full-depth compiles to the
+largest batch that fits (a fake compiler; the real one runs in benchmarks/tpu_plan.py)."""
+
+import pytest
+
+
+@pytest.mark.parametrize('size', ['mini', 'modern_mini'])
+def test_model_flops_count_the_models_own_kernels_and_the_local_band(size):
+  """6 N B T with N counted from the model's parameter shapes (the encoder's kernels, bar the
+  embedding tables; the pooler's once a row); the attention term over the band a local layer
+  sees."""
+  import flax.linen as nn
+  import jax
+  import numpy as np
+
+  from benchmarks.common.step_timing import keys_per_query, model_flops
+  from encoder.modules.config import model_config
+  from encoder.modules.transformer import Encoder
+  cfg = model_config({'size': size, 'vocab_size': 1000})
+  shapes = jax.eval_shape(lambda: nn.unbox(Encoder(cfg).init(
+      jax.random.key(0), np.zeros((1, 4), np.int32)))['params'])
+  leaves = [(jax.tree_util.keystr(path), int(np.prod(leaf.shape))) for path, leaf in
+            jax.tree_util.tree_flatten_with_path(shapes)[0] if path[-1].key == 'kernel']
+  kernels = sum(size for name, size in leaves if 'pooler' not in name)
+  pooler = sum(size for name, size in leaves if 'pooler' in name)  # on one position a row
+  batch, seq = 2, 128
+  attention = model_flops(cfg, batch, seq, 0) - 6 * kernels * batch * seq - 6 * pooler * batch
+  local = [cfg.is_local(i) for i in range(cfg.num_layers)]
+  assert any(local) == (size == 'modern_mini')
+  want = sum(12 * cfg.hidden_size * batch * seq * (keys_per_query(seq, cfg.local_window)
+                                                   if is_local else seq) for is_local in local)
+  assert attention == pytest.approx(want)
+  # A band as wide as the row is the whole row; a narrower one averages fewer keys.
+  assert keys_per_query(seq, 2 * seq) == seq and keys_per_query(seq, 64) < 65
+
+
+def test_tpu_plan_reads_need_as_affine_in_batch_and_depth():
+  """tpu_plan's line: four compiles at two batches and two depths give a + b L + (c + d L) B
+  exactly, so the full depth's need at any batch follows."""
+  from benchmarks.tpu_plan import bilinear
+
+  def need(batch, layers):
+    return 1000 + 70 * layers + (5 + 3 * layers) * batch
+  points = {(b, layers): need(b, layers) for b in (2, 8) for layers in (2, 4)}
+  a, b, c, d = bilinear(points)
+  assert (a + b * 12 + (c + d * 12) * 40) == pytest.approx(need(40, 12))
+
+
+def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path):
+  """A remat cell's line from full-depth compiles (twice the batch the plain run fits, then
+  that need scaled to the HBM), its walk to a refused batch one row above a fitting one, and a
+  second run of the plan making no compile again. The compiler here is a need that is affine
+  in the batch with a bend near the HBM (the TPU compiler rematerializes on its own there)."""
+  from benchmarks import tpu_plan
+  gib = 2 ** 30
+  hbm = int(15.75 * gib)
+
+  def need(batch):
+    bend = 0.2 * gib if batch > 150 else 0
+    return int(1.4 * gib + 0.023 * gib * batch + bend)
+
+  class FakePlan(tpu_plan.Plan):
+    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
+      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
+      if key not in self.records:
+        self.made += 1
+        n = need(per_chip_batch)
+        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
+                             'topology': topology, 'layers': layers or 0,
+                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
+                             'fits': n <= hbm}
+      return self.records[key]
+
+  def answer(plan):
+    plan.compile('m', 512, False, 'v5e:2x2', None, 47)  # the plain run's largest batch
+    fixed, per_row = tpu_plan.remat_line(plan, 'm', 512, 'v5e:2x2', hbm)
+    cell = {'exp': 'm', 'seq': 512, 'remat': True, 'topology': 'v5e:2x2'}
+    predicted = int((hbm - fixed) / per_row)
+    return tpu_plan.confirm_at_full_depth(plan, cell, predicted, per_row, hbm, True)
+
+  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  batch, record, next_refused = answer(plan)
+  truth = max(b for b in range(1, 1000) if need(b) <= hbm)
+  assert (batch, next_refused) == (truth, True) and record['need_bytes'] == need(truth)
+  remat_batches = sorted(r['per_chip_batch'] for r in plan.records.values() if r['remat'])
+  assert remat_batches[0] == 94 and len(remat_batches) <= 2 + tpu_plan.FULL_COMPILES
+  made = plan.made
+  assert answer(plan)[0] == truth and plan.made == made  # resumed: nothing compiled again
