@@ -11,6 +11,8 @@ import random
 
 import pytest
 
+from encoder.suite import run_suite
+
 WORDS = 'good bad fine dull great awful film plot actor scene'.split()
 
 
@@ -87,3 +89,14 @@ def fake_trainer(monkeypatch) -> FakeTrainer:
   monkeypatch.setattr(trainer, 'train_and_evaluate', fake)
   return fake
 
+
+BUDGET = ['train.num_steps=3', 'train.batch_size=8']  # a suite's runs, as short as they go
+
+
+def glue_suite(tmp_path, *extra, data_dir=None, run=None):
+  """The glue suite, 2 seeds, on `run` (a stand-in run by default) and a GLUE folder written
+  under tmp_path, into tmp_path/suite."""
+  data_dir = data_dir or write_glue_dir(tmp_path / 'glue')
+  run = run or fake_run(tmp_path / 'run')
+  return run_suite('glue', [f'init_from={run}', f'suite.data_dir={data_dir}', 'suite.seeds=2',
+                            *BUDGET, *extra], str(tmp_path / 'suite'))

@@ -1,7 +1,6 @@
 """The suite's logic with a fake trainer: which runs it plans, what it skips on a rerun, what a
 failure leaves, and the numbers in its table."""
 
-import csv
 import json
 import os
 
@@ -13,21 +12,12 @@ from encoder.suite.execute import device_share
 from encoder.suite.results import task_result
 from encoder.sweep.seed_spread import spread
 from encoder.sweep.status import read_status, write_status
-from tests.suite.conftest import fake_metric, fake_run, write_glue_dir
-
-BUDGET = ['train.num_steps=3', 'train.batch_size=8']
-
-
-def _suite(tmp_path, *extra, data_dir=None, run=None):
-  data_dir = data_dir or write_glue_dir(tmp_path / 'glue')
-  run = run or fake_run(tmp_path / 'run')
-  return run_suite('glue', [f'init_from={run}', f'suite.data_dir={data_dir}', 'suite.seeds=2',
-                            *BUDGET, *extra], str(tmp_path / 'suite'))
+from tests.suite.conftest import BUDGET, fake_metric, fake_run, glue_suite, write_glue_dir
 
 
 def test_every_task_present_arm_and_seed_is_one_run_and_absent_tasks_are_listed(
     tmp_path, fake_trainer):
-  summary = _suite(tmp_path)
+  summary = glue_suite(tmp_path)
   assert fake_trainer.calls == ['pretrained/sst2-seed0', 'pretrained/sst2-seed1',
                                 'scratch/sst2-seed0', 'scratch/sst2-seed1',
                                 'pretrained/mrpc-seed0', 'pretrained/mrpc-seed1',
@@ -53,7 +43,7 @@ def test_every_task_present_arm_and_seed_is_one_run_and_absent_tasks_are_listed(
 def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_path,
                                                                             fake_trainer):
   run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'num_layers': 2, 'norm': 'pre'})
-  summary = _suite(tmp_path, 'train.learning_rate=1e-3', run=run)
+  summary = glue_suite(tmp_path, 'train.learning_rate=1e-3', run=run)
   # The report states the rate and budget as run, the user's override, not the recipe's (a tiny
   # model's: the compact 1e-4).
   sst2 = summary['arms']['pretrained']['tasks']['sst2']
@@ -79,15 +69,15 @@ def test_a_run_starts_from_its_arm_with_the_recipe_then_the_users_overrides(tmp_
 
 
 def test_a_rerun_skips_finished_runs_and_reruns_only_the_interrupted(tmp_path, fake_trainer):
-  first = _suite(tmp_path)
+  first = glue_suite(tmp_path)
   table = (tmp_path / 'suite' / 'suite.csv').read_text()
   fake_trainer.calls.clear()
-  assert _suite(tmp_path)['arms'] == first['arms'] and fake_trainer.calls == []
+  assert glue_suite(tmp_path)['arms'] == first['arms'] and fake_trainer.calls == []
   # A run killed mid-way: its status says interrupted and its metrics stop short.
   killed = str(tmp_path / 'suite' / 'scratch' / 'mrpc-seed0')
   write_status(killed, {**read_status(killed), 'status': 'interrupted'})
   os.remove(os.path.join(killed, 'metrics.jsonl'))
-  assert _without_times(_suite(tmp_path)['arms']) == _without_times(first['arms'])
+  assert _without_times(glue_suite(tmp_path)['arms']) == _without_times(first['arms'])
   assert fake_trainer.calls == ['scratch/mrpc-seed0']
   assert (tmp_path / 'suite' / 'suite.csv').read_text() == table
 
@@ -101,7 +91,7 @@ def _without_times(arms: dict) -> dict:
 def test_a_failed_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, fake_trainer):
   fake_trainer.fail['pretrained/mrpc-seed1'] = DataError('mrpc/train.tsv: no column x\nmore')
   fake_trainer.fail['scratch/sst2-seed0'] = RuntimeError('out of memory')
-  summary = _suite(tmp_path)
+  summary = glue_suite(tmp_path)
   assert len(fake_trainer.calls) == 8
   mrpc = summary['arms']['pretrained']['tasks']['mrpc']
   assert [r['status'] for r in mrpc['runs']] == ['done', 'failed']
@@ -113,91 +103,18 @@ def test_a_failed_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, 
   assert '- `pretrained/mrpc` seed 1: failed: mrpc/train.tsv: no column x' in md
   fake_trainer.calls.clear()
   fake_trainer.fail.clear()
-  _suite(tmp_path)  # a rerun retries the failed runs only
+  glue_suite(tmp_path)  # a rerun retries the failed runs only
   assert sorted(fake_trainer.calls) == ['pretrained/mrpc-seed1', 'scratch/sst2-seed0']
 
 
 def test_a_mistyped_override_or_an_unknown_suite_stops_before_any_run(tmp_path, fake_trainer):
   with pytest.raises(ConfigError, match="unknown config key 'train.num_stpes'"):
-    _suite(tmp_path, 'train.num_stpes=3')
+    glue_suite(tmp_path, 'train.num_stpes=3')
   with pytest.raises(ConfigError, match="unknown suite 'glu'"):
     run_suite('glu', [f"init_from={fake_run(tmp_path / 'run')}"], str(tmp_path / 's'))
   with pytest.raises(ConfigError, match='needs --config.init_from'):
     run_suite('glue', [], str(tmp_path / 's'))
   assert fake_trainer.calls == []
-
-
-def test_checkpoint_steps_and_sweep_arms(tmp_path, fake_trainer):
-  run = fake_run(tmp_path / 'run', steps=(100, 200))
-  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
-  summary = _suite(tmp_path, 'suite.checkpoints=all', 'suite.seeds=1', data_dir=data_dir,
-                   run=run)
-  assert {a: v['step'] for a, v in summary['arms'].items()} == {
-      'step100': 100, 'step200': 200, 'scratch': None}
-  status = read_status(str(tmp_path / 'suite' / 'step200' / 'sst2-seed0'))
-  assert status['overrides'][0] == f"init_from={os.path.join(run, 'checkpoints', '200')}"
-  assert (tmp_path / 'suite' / 'suite_steps.png').exists()
-  with pytest.raises(ConfigError, match='no checkpoint at step 300'):
-    _suite(tmp_path, 'suite.checkpoints=300', run=run)
-  sweep = tmp_path / 'sweep'
-  for name in ('attention=bidirectional', 'attention=causal'):
-    fake_run(sweep / name)
-    write_status(str(sweep / name), {'name': name, 'status': 'done'})
-  summary = run_suite('glue', [f'init_from={sweep}', f'suite.data_dir={data_dir}',
-                               'suite.seeds=1', *BUDGET])
-  assert list(summary['arms']) == ['attention=bidirectional', 'attention=causal', 'scratch']
-  assert (sweep / 'suites' / 'glue' / 'suite.json').exists()  # where the sweep report looks
-  assert 'glue:sst2' in (sweep / 'sweep.md').read_text()
-
-
-def test_several_runs_are_the_arms_of_one_suite_named_by_their_folders(tmp_path, fake_trainer):
-  """runs/cram,runs/cram_electra: two runs no sweep made, judged in one table (the seed
-  ranges compared), each arm from its own run, the suite beside them; a step of a run is an
-  arm too; two folders of one name are refused in one line, before any run."""
-  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
-  mlm = fake_run(tmp_path / 'runs' / 'cram', steps=(100,))
-  electra = fake_run(tmp_path / 'runs' / 'cram_electra')
-  step = os.path.join(mlm, 'checkpoints', '100')
-  cwd = os.getcwd()
-  os.chdir(tmp_path)  # the default suite folder is relative to the runs it judges
-  try:
-    summary = run_suite('glue', [f'init_from=runs/cram, runs/cram_electra,{step}',
-                                 f'suite.data_dir={data_dir}', 'suite.seeds=1', *BUDGET])
-  finally:
-    os.chdir(cwd)
-  assert list(summary['arms']) == ['cram', 'cram_electra', 'cram-step100', 'scratch']
-  suite = tmp_path / 'runs' / 'suites' / 'glue'
-  assert (suite / 'suite.json').exists()
-  for arm, start in (('cram', mlm), ('cram_electra', electra), ('cram-step100', step)):
-    status = read_status(str(suite / arm / 'sst2-seed0'))
-    assert os.path.abspath(status['overrides'][0].partition('=')[2]) == os.path.abspath(start)
-  assert '| cram_electra |' in (suite / 'suite.md').read_text()
-  calls = list(fake_trainer.calls)
-  other = fake_run(tmp_path / 'elsewhere' / 'cram')
-  with pytest.raises(ConfigError, match="names two runs 'cram'"):
-    run_suite('glue', [f'init_from={mlm},{other}', f'suite.data_dir={data_dir}', *BUDGET],
-              str(tmp_path / 'twice'))
-  assert fake_trainer.calls == calls and not (tmp_path / 'twice').exists()
-
-
-def test_steps_of_a_budgeted_run_are_placed_by_the_minutes_their_clock_had_counted(
-    tmp_path, fake_trainer):
-  run = fake_run(tmp_path / 'run', steps=(100, 200))
-  for step, elapsed_s in ((100, 90.0), (200, 183.0)):  # what TimeBudget.state() saves
-    data = tmp_path / 'run' / 'checkpoints' / str(step) / 'data'
-    data.mkdir()
-    (data / 'metadata').write_text(json.dumps(
-        {'step': step, 'training_clock': {'elapsed_s': elapsed_s, 'ended': step == 200}}))
-  data_dir = write_glue_dir(tmp_path / 'glue', tasks=('sst2',))
-  summary = _suite(tmp_path, 'suite.checkpoints=all', 'suite.seeds=1', data_dir=data_dir,
-                   run=run)
-  assert {a: v['minutes'] for a, v in summary['arms'].items()} == {
-      'step100': 1.5, 'step200': 3.05, 'scratch': None}
-  rows = list(csv.DictReader(open(tmp_path / 'suite' / 'suite.csv')))
-  assert {(r['arm'], r['step'], r['minutes']) for r in rows} == {
-      ('step100', '100', '1.5'), ('step200', '200', '3.05'), ('scratch', '', '')}
-  assert '| step200 (3.0 min) |' in (tmp_path / 'suite' / 'suite.md').read_text()
-  assert (tmp_path / 'suite' / 'suite_steps.png').exists()
 
 
 def test_the_learning_rate_grid_reports_the_rate_with_the_best_median():
@@ -236,7 +153,7 @@ def test_packed_seeds_that_ran_different_step_counts_report_the_range():
 
 def test_the_heldout_dev_slice_is_deterministic_disjoint_and_verbatim(tmp_path, fake_trainer):
   data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
-  _suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30', data_dir=data_dir)
+  glue_suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30', data_dir=data_dir)
   (folder,) = [f for f in os.listdir(tmp_path / 'suite' / 'data') if f.startswith('mrpc-')]
   read = lambda name: (tmp_path / 'suite' / 'data' / folder / name).read_text(encoding='utf-8')  # noqa: E731
   source = (tmp_path / 'glue' / 'MRPC' / 'train.tsv').read_text(encoding='utf-8')
@@ -266,7 +183,7 @@ def test_a_tasks_own_dev_file_is_its_dev_set_where_present_and_train_size_still_
 
   from encoder.train import trainer
   monkeypatch.setattr(trainer, 'train_and_evaluate', recording_trainer)
-  summary = _suite(tmp_path, 'suite.seeds=1', 'suite.scratch=false', 'suite.train_size=30',
+  summary = glue_suite(tmp_path, 'suite.seeds=1', 'suite.scratch=false', 'suite.train_size=30',
                    data_dir=data_dir)
   sst2_train, sst2_dev = seen['sst2-seed0']
   assert sst2_dev == str(dev)  # the official file: MRPC has none here, so it is held out
@@ -275,8 +192,8 @@ def test_a_tasks_own_dev_file_is_its_dev_set_where_present_and_train_size_still_
   assert os.path.dirname(mrpc_dev) == os.path.dirname(mrpc_train) != os.path.dirname(str(dev))
   assert 'official dev files (sst2)' in summary['dev_sets'] and 'mrpc)' in summary['dev_sets']
   with pytest.raises(ConfigError, match='suite.dev_set'):
-    _suite(tmp_path, 'suite.dev_set=offical', data_dir=data_dir)
-  missing = _suite(tmp_path / 'official', 'suite.dev_set=official', 'suite.seeds=1',
+    glue_suite(tmp_path, 'suite.dev_set=offical', data_dir=data_dir)
+  missing = glue_suite(tmp_path / 'official', 'suite.dev_set=official', 'suite.seeds=1',
                    data_dir=data_dir)
   assert 'suite.dev_set=official' in missing['missing']['mrpc']
 
@@ -318,22 +235,6 @@ def test_parallel_workers_get_disjoint_shares_of_cores_and_gpus(monkeypatch):
   assert [env['CUDA_VISIBLE_DEVICES'] for env, _ in shares] == ['0,1', '2,3']
   env, cores = device_share(2, 3, {'TPU_VISIBLE_CHIPS': '0,1,2,3,4,5'})
   assert cores == [4, 5] and env['TPU_VISIBLE_CHIPS'] == '4,5'
-
-
-def test_a_causal_arm_is_pooled_by_its_mean_and_the_report_says_so(tmp_path, fake_trainer):
-  """A causal [CLS] sees only itself: the causal arm and its scratch twin pool by the mean of
-  their tokens (the last override, after the scratch arm's copied `model.pooling=cls`)."""
-  run = fake_run(tmp_path / 'run', model={'size': 'tiny', 'attention': 'causal',
-                                          'pooling': 'cls'})
-  summary = _suite(tmp_path, run=run)
-  for arm in ('pretrained', 'scratch'):
-    overrides = read_status(str(tmp_path / 'suite' / arm / 'sst2-seed0'))['overrides']
-    assert [o for o in overrides if o.startswith('model.pooling=')] == ['model.pooling=mean']
-  assert summary['pooling'] == {'pretrained': 'mean (causal attention)',
-                                'scratch': 'mean (causal attention)'}
-  assert 'pretrained mean (causal attention)' in (tmp_path / 'suite' / 'suite.md').read_text()
-  bidirectional = fake_run(tmp_path / 'bi', model={'size': 'tiny', 'pooling': 'cls'})
-  assert _suite(tmp_path / 'b', run=bidirectional)['pooling']['pretrained'] == 'cls'
 
 
 def _done(task_metrics: list[dict]) -> list[dict]:
@@ -412,7 +313,7 @@ def test_a_compact_arm_gets_the_small_bert_recipe_and_the_report_says_which(tmp_
 def test_per_task_train_caps_beat_train_size_and_a_mistyped_task_stops_first(tmp_path,
                                                                             fake_trainer):
   data_dir = write_glue_dir(tmp_path / 'glue', rows=50)
-  summary = _suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30',
+  summary = glue_suite(tmp_path, 'suite.heldout_fraction=0.2', 'suite.train_size=30',
                    'suite.train_sizes=sst2=12', data_dir=data_dir)
   rows = {}
   for folder in os.listdir(tmp_path / 'suite' / 'data'):
@@ -420,7 +321,7 @@ def test_per_task_train_caps_beat_train_size_and_a_mistyped_task_stops_first(tmp
     rows[folder.split('-')[0]] = info['train_units']
   assert rows == {'sst2': 12, 'mrpc': 30}
   assert 'train examples <= 30, sst2 <= 12' in summary['budget']
-  other = _suite(tmp_path / 'other', 'suite.heldout_fraction=0.2', 'suite.train_size=30',
+  other = glue_suite(tmp_path / 'other', 'suite.heldout_fraction=0.2', 'suite.train_size=30',
                  'suite.train_sizes= mrpc = 2_0 , sst2=0,conll2003=5', data_dir=data_dir)
   # conll2003 is not in this suite: its cap is not stated
   assert other['budget'].startswith('train examples <= 30, mrpc <= 20, sst2: all, train.')
@@ -429,21 +330,21 @@ def test_per_task_train_caps_beat_train_size_and_a_mistyped_task_stops_first(tmp
                    ('sst2=-1', 'not TASK=N'), ('sst2=3,sst2=4', 'twice')):
     item = bad.split(',')[-1]
     with pytest.raises(ConfigError, match=f"suite.train_sizes: '{item}' is {why}"):
-      _suite(tmp_path / 'bad', f'suite.train_sizes={bad}', data_dir=data_dir)
+      glue_suite(tmp_path / 'bad', f'suite.train_sizes={bad}', data_dir=data_dir)
   assert fake_trainer.calls == []
 
 
 def test_a_rerun_with_other_settings_is_refused_and_touches_no_run(tmp_path, fake_trainer):
-  _suite(tmp_path)
+  glue_suite(tmp_path)
   status = (tmp_path / 'suite' / 'pretrained' / 'sst2-seed0' / 'run_status.json').read_text()
   fake_trainer.calls.clear()
   with pytest.raises(ConfigError, match=r'holds pretrained/sst2-seed0 run with other settings '
                      r'\(ran train.num_steps=3; now train.num_steps=4\): pass a new --workdir'):
-    _suite(tmp_path, 'train.num_steps=4')
+    glue_suite(tmp_path, 'train.num_steps=4')
   assert fake_trainer.calls == []
   assert (tmp_path / 'suite' / 'pretrained' / 'sst2-seed0' / 'run_status.json'
           ).read_text() == status
-  _suite(tmp_path, 'suite.seeds=3')  # more seeds: the finished runs are kept
+  glue_suite(tmp_path, 'suite.seeds=3')  # more seeds: the finished runs are kept
   assert fake_trainer.calls == ['pretrained/sst2-seed2', 'scratch/sst2-seed2',
                                 'pretrained/mrpc-seed2', 'scratch/mrpc-seed2']
 
