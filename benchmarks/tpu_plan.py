@@ -255,8 +255,8 @@ def remat_line(plan: Plan, exp: str, seq: int, topology: str, hbm: int | None
 def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float, hbm: int,
                           boundary: bool):
   """Full-depth compiles from the predicted batch toward the largest that fits: each next
-  batch where the line through the two full-depth answers nearest the HBM (every earlier
-  run's included; the cell's own line while there is no such pair) meets it; with
+  batch where the line through the two full-depth answers nearest the HBM (those of every
+  run of the plan included; the cell's own line while there is no such pair) meets it; with
   `boundary`, until a refused batch lies one row above a fitting one. Returns (batch, its
   record, whether batch + 1 was refused (None: not compiled)), or None when nothing fit."""
   exp, seq, remat, topology = cell['exp'], cell['seq'], cell['remat'], cell['topology']
