@@ -141,7 +141,8 @@ sys.stderr.write(f'exit {code} loaded {loaded}\\n')
     ('--list',), ('--help',), ('--exp', 'mlm_modern_base', '--print_config'),
     ('--exp', 'classify_sst2:smoke', '--print_config'), ('--exp', 'mlm_nsp_tyni'),
     ('--exp', 'mlm_nsp_tiny', '--config.train.num_stpes=3'),
-    ('--exp', 'mlm_nsp_tiny', '--config.data.packing=documents', '--print_config')])
+    ('--exp', 'mlm_nsp_tiny', '--config.data.packing=documents', '--print_config'),
+    ('--exp', 'mlm_nsp_tiny', '--compile_for', 'v5litepod-16')])
 def test_the_command_line_answers_without_jax(args):
   out = subprocess.run([sys.executable, '-c', NO_JAX, *args], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)

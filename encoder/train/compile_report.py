@@ -37,6 +37,7 @@ from encoder.tasks.pretraining import max_predictions
 from encoder.train import hlo_structure, out_of_memory, run_setup, targets
 from encoder.train.run_setup import RunSetup, setup_for_target
 from encoder.train.sharding import bytes_per_device
+from encoder.train.xla_sizes import SIZE, parse_size
 
 log = logging.getLogger('encoder')
 FIT_COMPILES = 6  # at most, after the first two
@@ -101,10 +102,10 @@ def _budgeted(run: RunSetup) -> bool:
 def _refused_bytes(message: str, run: RunSetup) -> int | None:
   """What a refused step needs a device, from the compiler's message: its temporaries (the
   figure TPU's message names) plus the arguments, which are the state and the batch."""
-  found = re.search(r'required for HLO temporaries \(' + out_of_memory.SIZE + r'\)', message)
+  found = re.search(r'required for HLO temporaries \(' + SIZE + r'\)', message)
   if not found:
     return None
-  return out_of_memory.parse_size(*found.groups()) + _argument_bytes(run)
+  return parse_size(*found.groups()) + _argument_bytes(run)
 
 
 def _argument_bytes(run: RunSetup) -> int:

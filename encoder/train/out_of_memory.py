@@ -13,16 +13,9 @@ import re
 import jax
 
 from encoder.errors import OutOfMemoryError
+from encoder.train.xla_sizes import SIZE, parse_size
 
 GIB = 2 ** 30
-# A size as XLA's messages print it: '15.75G', '1.50GiB', '205.00 G', '512B'.
-SIZE = r'([\d.]+)\s*([KMGT]i?B?|B)?'
-_UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
-
-
-def parse_size(number: str, unit: str | None) -> int:
-  """'15.75', 'G' -> bytes (XLA's human-readable sizes count in powers of 1024)."""
-  return int(float(number) * _UNITS[(unit or '').rstrip('iB')[:1]])
 
 
 def gib(nbytes: float) -> str:

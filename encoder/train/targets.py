@@ -24,7 +24,7 @@ import re
 import sys
 
 from encoder.errors import ConfigError
-from encoder.train import out_of_memory
+from encoder.train.xla_sizes import SIZE, parse_size
 
 TPU_NAME = re.compile(r'^(v\d+[a-z]*):(\d+(?:x\d+){1,2})$')
 GPU_NAME = re.compile(r'^h100(?::(\d+))?$')
@@ -168,11 +168,11 @@ def _tpu_hbm(devices) -> int:
 def available_bytes(message: str) -> int | None:
   """The capacity a TPU compiler's RESOURCE_EXHAUSTED message names, in bytes (None if it
   names none)."""
-  found = re.search(r'available HBM \(' + out_of_memory.SIZE + r'\)', message)
+  found = re.search(r'available HBM \(' + SIZE + r'\)', message)
   if found:
-    return out_of_memory.parse_size(*found.groups())
-  found = re.search(r'Used ' + out_of_memory.SIZE + r' of ' + out_of_memory.SIZE + r' hbm', message)
-  return out_of_memory.parse_size(*found.groups()[2:]) if found else None
+    return parse_size(*found.groups())
+  found = re.search(r'Used ' + SIZE + r' of ' + SIZE + r' hbm', message)
+  return parse_size(*found.groups()[2:]) if found else None
 
 
 def _first_line(error: Exception) -> str:
