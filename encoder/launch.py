@@ -102,9 +102,10 @@ def run(argv: list[str]) -> int:
     return 0
   if args.eval_suite:
     from encoder.suite import run_suite  # lazy
+    from encoder.suite.arms import split_sources  # lazy
     experiment = configs.experiment_module(args.exp) if args.exp else None
     # A Hub name is fetched only once the experiment is known to exist (not for a typo).
-    overrides = [f"init_from={','.join(map(_hub_model, o.partition('=')[2].split(',')))}"
+    overrides = [f"init_from={','.join(map(_hub_model, split_sources(o.partition('=')[2])))}"
                  if o.startswith('init_from=') else o for o in overrides]
     run_suite(args.eval_suite, overrides, args.workdir, experiment, dry_run=args.dry_run)
     return 0

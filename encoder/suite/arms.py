@@ -60,7 +60,7 @@ def find_arms(init_from: str, checkpoints: str = 'last', scratch: bool = True) -
   else:
     arms = []
     for source in sources:
-      found = source_arms(source, 'last')
+      found = source_arms(source, checkpoints)
       arms += [dataclasses.replace(arm, name=source_name(source) if len(found) == 1
                                    else f'{source_name(source)}-{arm.name}') for arm in found]
     names = [arm.name for arm in arms]
@@ -84,10 +84,19 @@ def source_name(source: str) -> str:
   if hub_cache.is_hub_name(source):
     return hub_cache.parse_name(source).repo_id.split('/')[-1]
   path = os.path.normpath(os.path.expanduser(source))
-  run, step = os.path.split(path)
-  if os.path.basename(run) == 'checkpoints':
-    return f'{os.path.basename(os.path.dirname(run))}-step{step}'
-  return step
+  run = run_of_step(path)
+  if run != path:
+    return f'{os.path.basename(run)}-step{os.path.basename(path)}'
+  return os.path.basename(path)
+
+
+def run_of_step(path: str) -> str:
+  """The run a checkpoint step folder (RUN/checkpoints/STEP) belongs to; any other path as
+  it is."""
+  checkpoints, _ = os.path.split(path)
+  if os.path.basename(checkpoints) == 'checkpoints':
+    return os.path.dirname(checkpoints)
+  return path
 
 
 def source_arms(source: str, checkpoints: str) -> list[Arm]:

@@ -35,23 +35,35 @@ log = logging.getLogger('encoder')
 
 
 def default_suite_dir(init_from: str, name: str) -> str:
-  """INIT_FROM/suites/NAME: beside the run (or inside the sweep folder) it evaluates; for a
-  model on the Hub, runs/hf/ORG--NAME/suites/NAME (not in the cache of its conversion); for
-  several runs, suites/NAME in the folder that holds them all (runs/suites/NAME for
+  """SOURCE/suites/NAME, SOURCE the folder the suite judges: the run (a checkpoint step's too)
+  or the sweep folder; for a model on the Hub, runs/hf/ORG--NAME (not the cache of its
+  conversion); for several sources, the folder that holds them all (runs/suites/NAME for
   runs/cram,runs/cram_electra)."""
-  sources = arms_lib.split_sources(init_from)
-  if len(sources) > 1:
-    if any(hub_cache.is_hub_name(s) for s in sources):
-      return os.path.join('runs', 'suites', name)
-    paths = [storage.abspath(os.path.expanduser(s)) for s in sources]
-    return os.path.join(os.path.commonpath(paths), 'suites', name)
-  if hub_cache.is_hub_name(init_from):
-    repo_id = hub_cache.parse_name(init_from).repo_id
-    return os.path.join('runs', 'hf', repo_id.replace('/', '--'), 'suites', name)
-  path = storage.abspath(os.path.expanduser(init_from))
-  if os.path.basename(os.path.dirname(path)) == 'checkpoints':  # one step of a run
-    path = os.path.dirname(os.path.dirname(path))
-  return os.path.join(path, 'suites', name)
+  folders = [_judged_folder(source) for source in arms_lib.split_sources(init_from)]
+  common = (folders[0] if len(folders) == 1
+            else _common_folder([storage.abspath(f) for f in folders]))
+  return storage.join(common, 'suites', name)
+
+
+def _judged_folder(source: str) -> str:
+  if hub_cache.is_hub_name(source):
+    return os.path.join('runs', 'hf', hub_cache.parse_name(source).repo_id.replace('/', '--'))
+  return arms_lib.run_of_step(storage.abspath(os.path.expanduser(source)))
+
+
+def _common_folder(folders: list[str]) -> str:
+  """The deepest folder holding every one of `folders` (compared part by part, so a bucket's
+  gs://b/... keeps its scheme); a ConfigError where they share none."""
+  parts = [f.split('/') for f in folders]
+  common = []
+  for names in zip(*parts, strict=False):
+    if len(set(names)) > 1:
+      break
+    common.append(names[0])
+  if not ''.join(common):
+    raise ConfigError(f'init_from names sources with no folder in common ({", ".join(folders)}):'
+                      ' give the suite a --workdir')
+  return '/'.join(common)
 
 
 def run_suite(name: str, overrides: list[str], suite_dir: str | None = None,

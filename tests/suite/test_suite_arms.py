@@ -101,3 +101,16 @@ def test_a_causal_arm_is_pooled_by_its_mean_and_the_report_says_so(tmp_path, fak
   assert 'pretrained mean (causal attention)' in (tmp_path / 'suite' / 'suite.md').read_text()
   bidirectional = fake_run(tmp_path / 'bi', model={'size': 'tiny', 'pooling': 'cls'})
   assert glue_suite(tmp_path / 'b', run=bidirectional)['pooling']['pretrained'] == 'cls'
+
+
+def test_the_suite_of_several_sources_lies_in_the_folder_holding_them_all():
+  """Two steps of one run: their run's suites folder; buckets keep their scheme; sources
+  with no folder in common are refused in one line."""
+  from encoder.suite.runner import default_suite_dir
+  steps = ','.join(f'/r/runs/cram/checkpoints/{s}' for s in (500, 1000))
+  assert default_suite_dir(steps, 'cram') == '/r/runs/cram/suites/cram'
+  assert default_suite_dir('gs://bkt/runs/cram,gs://bkt/runs/cram_electra', 'cram') == (
+      'gs://bkt/runs/suites/cram')
+  assert default_suite_dir('gs://bkt/runs/cram', 'cram') == 'gs://bkt/runs/cram/suites/cram'
+  with pytest.raises(ConfigError, match='no folder in common'):
+    default_suite_dir('gs://bkt/runs/cram,/r/runs/cram_electra', 'cram')
