@@ -43,8 +43,6 @@ import time
 import jax
 
 from encoder import configs
-from encoder.modules.flops import model_flops
-from encoder.tasks.pretraining import max_predictions
 from encoder.train import compile_report, targets
 from encoder.train.resolve import resolve_config
 from encoder.train.run_setup import setup_for_target
@@ -160,10 +158,10 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
   cell = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': plan.dtype, 'topology': topology,
           'layers': layers, 'line_from': line_topology, 'hbm_bytes': hbm}
   if remat:
-    line = remat_line(plan, exp, seq, line_topology, hbm if confirm != 'none' else None)
+    line = remat_line(plan, exp, seq, line_topology, may_compile=confirm != 'none')
     if line is None:
-      return {**cell, 'largest_per_chip_batch': None, 'status': 'no line: fewer than two '
-              'full-depth compiles, or need not rising with the batch across them'}
+      return {**cell, 'status': 'no line: fewer than two full-depth compiles, or need not '
+              'rising with the batch across them'}
     fixed, per_row = line
   else:
     points = {}
@@ -183,7 +181,8 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
               per_row_bytes=round(per_row), predicted_batch=predicted,
               predicted_need_bytes=round(fixed + per_row * (predicted or 0)))
   if confirm != 'none' and predicted:
-    found = confirm_at_full_depth(plan, cell, predicted, per_row, hbm, confirm == 'boundary')
+    found, cell['refused_at'] = confirm_at_full_depth(plan, cell, predicted, per_row, hbm,
+                                                      confirm == 'boundary')
     if found is not None:
       batch, record, next_refused = found
       cell.update(status='compiled', largest_per_chip_batch=batch, next_refused=next_refused,
@@ -191,13 +190,14 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
                                                 'temporaries', 'code', 'compile_s')})
   if 'largest_per_chip_batch' not in cell:
     cell['largest_per_chip_batch'] = predicted
-  chips = len(plan.target(topology).devices)
-  batch = cell['largest_per_chip_batch'] or 0
-  cell['global_batch'] = batch * chips
-  model = setup_for_target(config_of(exp, seq, remat, plan.dtype, None, chips),
-                           plan.target(topology)).model
-  cell['model_flops_per_step'] = model_flops(model.config, batch * chips, seq,
-                                             max_predictions(full))
+  batch = cell['largest_per_chip_batch']
+  cell['global_batch'], cell['model_flops_per_step'] = 0, 0.0
+  if batch:  # the arithmetic count of the step at that batch (ELECTRA's generator included)
+    target = plan.target(topology)
+    run = setup_for_target(config_of(exp, seq, remat, plan.dtype, None,
+                                     batch * len(target.devices)), target)
+    cell['global_batch'] = run.config.train.batch_size
+    cell['model_flops_per_step'] = compile_report.step_flops(run)
   return cell
 
 
@@ -212,66 +212,54 @@ def full_depth(plan: Plan, exp: str, seq: int, remat: bool, topology: str
           == (exp, seq, remat, plan.dtype, topology, 0) and r['need_bytes'] is not None}
 
 
-def secant(needs: dict[int, tuple[int, bool]], hbm: int) -> tuple[float, float] | None:
-  """(fixed, per_row) of a line of need against batch through the cell's full-depth answers:
-  through the pair nearest the HBM whose need rises with the batch (near its capacity the
-  compiler rematerializes on its own, so need is not monotonic there and the two nearest can
-  slope down), else the least-squares line through all of them; None without two batches or
-  a rising line. The walk clamps its guesses between the largest batch that fit and the
-  smallest refused."""
-  items = sorted(needs.items(), key=lambda item: abs(item[1][0] - hbm))
-  for i, (b1, (n1, _)) in enumerate(items):
-    for b2, (n2, _) in items[i + 1:]:
-      if (n2 - n1) * (b2 - b1) > 0:
-        per_row = (n2 - n1) / (b2 - b1)
-        return n1 - per_row * b1, per_row
-  return None
-
-
-def remat_line(plan: Plan, exp: str, seq: int, topology: str, hbm: int | None
+def remat_line(plan: Plan, exp: str, seq: int, topology: str, may_compile: bool
                ) -> tuple[float, float] | None:
   """(fixed, per_row) at the full depth with remat on `topology`, through its full-depth
-  compiles. With none or one yet and `hbm` given (compiles allowed), it compiles: first at
-  twice the batch the run fits without remat (remat keeps a fraction of a row's activations),
-  then where that point's need scaled to the HBM lands (need / batch over-counts a row, so
-  the second lands below the boundary)."""
+  compiles (`compile_report.rising_line` at its HBM). With fewer than two and `may_compile`,
+  it compiles: first at twice the batch the run fits without remat (remat keeps a fraction
+  of a row's activations), then where that point's need scaled to the HBM lands (need /
+  batch over-counts a row, so the second lands below the boundary)."""
+  hbm = plan.target(topology).hbm_bytes
   needs = full_depth(plan, exp, seq, True, topology)
-  if len(needs) < 2 and hbm is not None:
+  if may_compile and len(needs) < 2:
     plain = [b for b, (_, ok) in full_depth(plan, exp, seq, False, topology).items() if ok]
     batch = 2 * max(plain, default=small_batches(seq)[1])
+    if needs:
+      b0, (n0, _) = next(iter(needs.items()))
+      batch = max(1, math.floor(b0 * hbm / n0))
     for _ in range(2 - len(needs)):
-      if needs:
-        b0, (n0, _) = next(iter(needs.items()))
-        batch = max(1, math.floor(b0 * hbm / n0))
-        if batch in needs:
-          batch = b0 * 2
       record = plan.compile(exp, seq, True, topology, None, batch)
       if record is None or record['need_bytes'] is None:
         break
       needs[batch] = (record['need_bytes'], record['fits'])
-  return secant(needs, hbm or plan.target(topology).hbm_bytes)
+      batch = max(1, math.floor(batch * hbm / record['need_bytes']))
+  return compile_report.rising_line([(b, n) for b, (n, _) in needs.items()], hbm)
 
 
 def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float, hbm: int,
                           boundary: bool):
   """Full-depth compiles from the predicted batch toward the largest that fits: each next
-  batch where the line through the two full-depth answers nearest the HBM (those of every
-  run of the plan included; the cell's own line while there is no such pair) meets it; with
-  `boundary`, until a refused batch lies one row above a fitting one. Returns (batch, its
-  record, whether batch + 1 was refused (None: not compiled)), or None when nothing fit."""
+  batch where `compile_report.rising_line` through the cell's full-depth answers (those of
+  every run of the plan included; the cell's own slope while there is no rising pair) meets
+  the HBM, kept between the largest batch that fit and the smallest refused; with `boundary`,
+  until a refused batch lies one row above a fitting one. Returns ((batch, its record,
+  whether batch + 1 was refused (None: not compiled)) or None when nothing fit, the smallest
+  batch refused (None: none))."""
   exp, seq, remat, topology = cell['exp'], cell['seq'], cell['remat'], cell['topology']
   needs = full_depth(plan, exp, seq, remat, topology)
   batch, made = predicted, 0
   while made < FULL_COMPILES:
     low = max((b for b, (_, ok) in needs.items() if ok), default=0)
     high = min((b for b, (_, ok) in needs.items() if not ok), default=None)
-    if needs and low and (not boundary or high == low + 1):
+    if low and (not boundary or high == low + 1):
       break
     if needs:
-      line = secant(needs, hbm)
-      b0, (n0, _) = min(needs.items(), key=lambda item: abs(item[1][0] - hbm))
-      batch = (math.floor((hbm - line[0]) / line[1]) if line
-               else math.floor(b0 + (hbm - n0) / per_row))
+      line = compile_report.rising_line([(b, n) for b, (n, _) in needs.items()], hbm)
+      if line:
+        batch = math.floor((hbm - line[0]) / line[1])
+      else:
+        b0, (n0, _) = min(needs.items(), key=lambda item: abs(item[1][0] - hbm))
+        batch = math.floor(b0 + (hbm - n0) / per_row)
       batch = max(batch, low + 1)
       if high is not None:
         batch = min(batch, high - 1)
@@ -283,15 +271,13 @@ def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float
       break
     needs[batch] = (record['need_bytes'], record['fits'])
   fitting = [b for b, (_, ok) in needs.items() if ok]
-  refused = [b for b, (_, ok) in needs.items() if not ok]
-  if refused:
-    cell['refused_at'] = min(refused)  # the smallest full-depth batch the compiler refused
+  refused = min((b for b, (_, ok) in needs.items() if not ok), default=None)
   if not fitting:
-    return None
+    return None, refused
   best = max(fitting)
   above = needs.get(best + 1)
-  return (best, plan.records[plan.key(exp, seq, remat, topology, None, best)],
-          None if above is None else not above[1])
+  return ((best, plan.records[plan.key(exp, seq, remat, topology, None, best)],
+           None if above is None else not above[1]), refused)
 
 
 def markdown(cells: list[dict]) -> str:
@@ -300,29 +286,24 @@ def markdown(cells: list[dict]) -> str:
            '| temporaries GiB | total / HBM GiB | model TFLOPs a step | source |',
            '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
   for c in cells:
-    remat = 'on' if c['remat'] else 'off'
-    if c.get('largest_per_chip_batch') is None:
-      lines.append(f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | - | - | - | "
-                   f"- | - | - | {c['status']} |")
-      continue
+    cell = f"| {c['exp']} | {c['seq']} | {'on' if c['remat'] else 'off'} | {c['topology']} | "
     compiled = c['status'] == 'compiled'
-    if not compiled and c.get('refused_at'):  # no fitting batch compiled yet
-      lines.append(f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | < "
-                   f"{c['refused_at']} | - | - | - | - | - | refused at {c['refused_at']}; "
-                   f"the line's {c['predicted_batch']} not compiled yet |")
-      continue
-    state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
-    need = c['need_bytes'] if compiled else c['predicted_need_bytes']
-    temporaries = f"{c['temporaries'] / GIB:.2f}" if compiled else '-'
-    source = ('compiled' + (', one row more refused' if c.get('next_refused')
-                            else ': fits (the boundary lies higher)')
-              if compiled else f"predicted ({c['line_from']}'s line)")
-    lines.append(
-        f"| {c['exp']} | {c['seq']} | {remat} | {c['topology']} | "
-        f"{c['largest_per_chip_batch']} | {c['global_batch']} | "
-        f"{'-' if state is None else f'{state:.2f}'} | {temporaries} | "
-        f"{need / GIB:.2f} / {c['hbm_bytes'] / GIB:.2f} | "
-        f"{c['model_flops_per_step'] / 1e12:.1f} | {source} |")
+    if c.get('largest_per_chip_batch') is None:
+      lines.append(cell + f"- | - | - | - | - | - | {c['status']} |")
+    elif not compiled and c.get('refused_at'):  # the compiles made fit nowhere at or below
+      lines.append(cell + f"< {c['refused_at']} | - | - | - | - | - | refused at "
+                   f"{c['refused_at']}; nothing at or below it fit within the compiles made |")
+    else:
+      state = (c['params'] + c['optimizer']) / GIB if compiled and c.get('params') else None
+      need = c['need_bytes'] if compiled else c['predicted_need_bytes']
+      temporaries = f"{c['temporaries'] / GIB:.2f}" if compiled else '-'
+      source = ('compiled' + (', one row more refused' if c.get('next_refused')
+                              else ': fits (the boundary lies higher)')
+                if compiled else f"predicted ({c['line_from']}'s line)")
+      lines.append(cell + f"{c['largest_per_chip_batch']} | {c['global_batch']} | "
+                   f"{'-' if state is None else f'{state:.2f}'} | {temporaries} | "
+                   f"{need / GIB:.2f} / {c['hbm_bytes'] / GIB:.2f} | "
+                   f"{c['model_flops_per_step'] / 1e12:.1f} | {source} |")
   return '\n'.join(lines)
 
 

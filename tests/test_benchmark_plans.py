@@ -2,6 +2,8 @@
 affine line of need against batch and depth, and the walk of full-depth compiles to the
 largest batch that fits (a fake compiler; the real one runs in benchmarks/tpu_plan.py)."""
 
+import types
+
 import pytest
 
 
@@ -61,6 +63,9 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
     return int(1.4 * gib + 0.023 * gib * batch + bend)
 
   class FakePlan(tpu_plan.Plan):
+    def target(self, name):
+      return types.SimpleNamespace(hbm_bytes=hbm)
+
     def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
       key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
       if key not in self.records:
@@ -74,10 +79,10 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
 
   def answer(plan):
     plan.compile('m', 512, False, 'v5e:2x2', None, 47)  # the plain run's largest batch
-    fixed, per_row = tpu_plan.remat_line(plan, 'm', 512, 'v5e:2x2', hbm)
+    fixed, per_row = tpu_plan.remat_line(plan, 'm', 512, 'v5e:2x2', may_compile=True)
     cell = {'exp': 'm', 'seq': 512, 'remat': True, 'topology': 'v5e:2x2'}
     predicted = int((hbm - fixed) / per_row)
-    return tpu_plan.confirm_at_full_depth(plan, cell, predicted, per_row, hbm, True)
+    return tpu_plan.confirm_at_full_depth(plan, cell, predicted, per_row, hbm, True)[0]
 
   plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
   batch, record, next_refused = answer(plan)

@@ -217,7 +217,9 @@ def _batch_unit(run: RunSetup) -> int:
 
 def _predict(attempts: list[Attempt], capacity: int, unit: int) -> int | None:
   """Where the line through the two attempts nearest the boundary (of those that name their
-  need) reaches `capacity`, rounded down to `unit`; None with fewer than two."""
+  need) reaches `capacity`, rounded down to `unit`; where that pair's need falls with the
+  batch (near its capacity the TPU compiler rematerializes on its own), `rising_line`'s;
+  None with no rising pair."""
   known = sorted((a.batch, a.need) for a in attempts if a.need)
   below = [k for k in known if k[1] <= capacity]
   above = [k for k in known if k[1] > capacity]
@@ -229,9 +231,23 @@ def _predict(attempts: list[Attempt], capacity: int, unit: int) -> int | None:
     return None
   (b1, n1), (b2, n2) = pair
   slope = (n2 - n1) / (b2 - b1)
-  if slope <= 0:
-    return None
-  return int((b1 + (capacity - n1) / slope) // unit * unit)
+  if slope > 0:
+    return int((b1 + (capacity - n1) / slope) // unit * unit)
+  line = rising_line(known, capacity)
+  return None if line is None else int((capacity - line[0]) / line[1] // unit * unit)
+
+
+def rising_line(points: list[tuple[int, int]], capacity: int) -> tuple[float, float] | None:
+  """(fixed, per_row) of need against batch through the pair of (batch, need) points nearest
+  `capacity` whose need rises with the batch (need is not monotonic near capacity, where the
+  compiler trades memory for recomputation); None without such a pair."""
+  nearest = sorted(points, key=lambda point: abs(point[1] - capacity))
+  for i, (b1, n1) in enumerate(nearest):
+    for b2, n2 in nearest[i + 1:]:
+      if (n2 - n1) * (b2 - b1) > 0:
+        per_row = (n2 - n1) / (b2 - b1)
+        return n1 - per_row * b1, per_row
+  return None
 
 
 def compile_eval_step(run: RunSetup):
