@@ -168,6 +168,7 @@ def run_one(size: str, impl: str, mode: str, seq: int, args) -> dict:
   import jax
 
   from benchmarks.common.step_timing import keys_per_query
+  from encoder.modules.flops import mlm_head_flops
   from encoder.tasks import pretraining as task
   config = run_config(size, impl, seq, args)
   cfg = task.build_model(config).config
@@ -189,7 +190,7 @@ def run_one(size: str, impl: str, mode: str, seq: int, args) -> dict:
   else:
     dense = passes * 2 * per_layer * cfg.num_layers * b * seq
     if mode == 'train':
-      dense += 6 * (d * cfg.vocab_size + d * d) * b * task.max_predictions(config)
+      dense += mlm_head_flops(cfg, b, task.max_predictions(config))
   flops = dense + attention['global'] + attention['local']
   return {'size': size, 'impl': impl, 'mode': mode, 'seq': seq, 'batch': b,
           'dtype': args.dtype, 'block': cfg.attention_block_size,

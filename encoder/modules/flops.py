@@ -25,7 +25,7 @@ def model_flops(model_cfg: ModelConfig, batch: int, seq: int, preds: int) -> flo
   positions per sequence; e: the embedding tables' width (the MLM head maps d to e and decodes
   through the tied table; e = d but for factorized embeddings). benchmarks/train_step.py says
   more."""
-  d, layers, vocab = model_cfg.hidden_size, model_cfg.num_layers, model_cfg.vocab_size
+  d, layers = model_cfg.hidden_size, model_cfg.num_layers
   gated = model_cfg.activation in ('geglu', 'swiglu')
   ffn = model_cfg.intermediate_size * (2 if gated else 1)
   per_layer = 4 * d * d + d * ffn + model_cfg.intermediate_size * d
@@ -33,9 +33,15 @@ def model_flops(model_cfg: ModelConfig, batch: int, seq: int, preds: int) -> flo
   n = layers * per_layer
   keys = sum(keys_per_query(seq, model_cfg.local_window if model_cfg.is_local(i) else 0)
              for i in range(layers))
-  e = model_cfg.embedding_width
   return (6 * n * batch * seq + 12 * d * batch * seq * keys + 6 * pooler * batch
-          + 6 * (d * e + e * vocab) * batch * preds)
+          + mlm_head_flops(model_cfg, batch, preds))
+
+
+def mlm_head_flops(model_cfg: ModelConfig, batch: int, preds: int) -> float:
+  """Training FLOPs of the MLM head at `preds` masked positions a row: its dense maps the
+  hidden size d to the tables' width e and decodes through the tied table (e x V)."""
+  d, e = model_cfg.hidden_size, model_cfg.embedding_width
+  return 6 * (d * e + e * model_cfg.vocab_size) * batch * preds
 
 
 def electra_flops(discriminator: ModelConfig, generator: ModelConfig, batch: int, seq: int,
