@@ -137,9 +137,8 @@ def sweep_figure(records: list[dict]):
   for row, metric in enumerate(metrics):
     for i, x in enumerate(axes):
       ax = fig.add_subplot(len(metrics), len(axes), row * len(axes) + i + 1)
-      for r in records:
-        curve = [(e[x], e[metric]) for e in r['eval_curve']
-                 if r['main_metric'] == metric and metric in e]
+      for r in (r for r in records if r['main_metric'] == metric):
+        curve = [(e[x], e[metric]) for e in r['eval_curve'] if metric in e]
         if curve:
           xs, values = zip(*curve, strict=True)
           ax.plot(xs, values, marker='o', markersize=3, label=r['name'])
