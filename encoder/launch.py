@@ -38,7 +38,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   parser.add_argument('--workdir', help='run directory (default runs/NAME)')
   parser.add_argument('--list', action='store_true', help='list experiments')
   parser.add_argument('--print_config', action='store_true',
-                      help='print the resolved config (the fields the data fills say so)')
+                      help='print the resolved config (the fields the data fills say so); '
+                      'with --sweep or --eval_suite, list the runs as --dry_run does')
   parser.add_argument('--describe', action='store_true', help='print the model summary')
   parser.add_argument('--inspect_data', type=int, metavar='N',
                       help='print N decoded training examples, save a batch, exit')
@@ -100,6 +101,8 @@ def run(argv: list[str]) -> int:
       raise ConfigError(f"no sweep runs under '{args.report}'")
     print(storage.read_text(os.path.join(args.report, 'sweep.md')), end='')
     return 0
+  # A grid of runs has no one config to print: --print_config lists its runs, never starts one.
+  listing = args.dry_run or args.print_config
   if args.eval_suite:
     from encoder.suite import run_suite  # lazy
     from encoder.suite.arms import split_sources  # lazy
@@ -107,7 +110,7 @@ def run(argv: list[str]) -> int:
     # A Hub name is fetched only once the experiment is known to exist (not for a typo).
     overrides = [f"init_from={','.join(map(_hub_model, split_sources(o.partition('=')[2])))}"
                  if o.startswith('init_from=') else o for o in overrides]
-    run_suite(args.eval_suite, overrides, args.workdir, experiment, dry_run=args.dry_run)
+    run_suite(args.eval_suite, overrides, args.workdir, experiment, dry_run=listing)
     return 0
   config = configs.load_experiment(args.exp)
   configs.apply_overrides(config, overrides)
@@ -121,7 +124,7 @@ def run(argv: list[str]) -> int:
     axes = [axis for spec in args.sweep
             for axis in grid.parse_sweep(spec, config, experiment, user_keys)]
     sweep_dir = args.workdir or os.path.join('runs', 'sweeps', grid.sweep_dir_name(args))
-    run_sweep(args.exp, config, axes, sweep_dir, dry_run=args.dry_run)
+    run_sweep(args.exp, config, axes, sweep_dir, dry_run=listing)
     return 0
   if args.compile_for:
     return _compile_for(config, workdir, args.compile_for, args.fit)

@@ -80,10 +80,15 @@ def test_eval_suite_dry_run_lists_each_run_as_its_launch_command(tmp_path):
   (tmp_path / 'glue' / 'RTE' / 'train.tsv').write_text(
       'index\tsentence1\tsentence2\tlabel\n' + ''.join(
           f'{i}\ta\tb\t{"not_" * (i % 2)}entailment\n' for i in range(20)))
-  out = launch('--eval_suite', 'glue', '--dry_run', f'--config.init_from={run}',
-               f'--config.suite.data_dir={tmp_path / "glue"}', '--config.suite.seeds=2',
-               '--config.train.num_steps=5', '--workdir', str(tmp_path / 'suite'))
+  command = ('--eval_suite', 'glue', f'--config.init_from={run}',
+             f'--config.suite.data_dir={tmp_path / "glue"}', '--config.suite.seeds=2',
+             '--config.train.num_steps=5', '--workdir', str(tmp_path / 'suite'))
+  out = launch(*command, '--dry_run')
   assert out.returncode == 0, out.stderr[-2000:]
+  # --print_config of a suite lists the same runs rather than training them.
+  printed = launch(*command, '--print_config')
+  assert printed.returncode == 0 and printed.stdout == out.stdout, printed.stderr[-2000:]
+  assert not (tmp_path / 'suite' / 'pretrained').exists()
   lines = out.stdout.splitlines()
   assert len(lines) == 4  # RTE x (pretrained, scratch) x 2 seeds; the other tasks are missing
   assert lines[0].startswith(f"{tmp_path / 'suite' / 'pretrained' / 'rte-seed0'}  --exp "
