@@ -92,3 +92,12 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
   assert remat_batches[0] == 94 and len(remat_batches) <= 2 + tpu_plan.FULL_COMPILES
   made = plan.made
   assert answer(plan)[0] == truth and plan.made == made  # resumed: nothing compiled again
+
+  # A file holding only refused remat compiles near the HBM (an earlier plan's) still gets
+  # the line's low point: refused answers alone do not draw the line.
+  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  for refused in (640, 660):
+    assert not plan.compile('m', 512, True, 'v5e:2x2', None, refused)['fits']
+  batch, record, next_refused = answer(plan)
+  assert (batch, next_refused) == (truth, True)
+  assert 94 in [r['per_chip_batch'] for r in plan.records.values() if r['remat']]
