@@ -224,16 +224,15 @@ def remat_line(plan: Plan, exp: str, seq: int, topology: str, may_compile: bool
   (BERT-base at 188 and 195 rows: 12.4 GiB fixed, 1.2 of it the state)."""
   hbm = plan.target(topology).hbm_bytes
   needs = full_depth(plan, exp, seq, True, topology)
-  fitting = sum(ok for _, ok in needs.values())
-  if may_compile and fitting < 2:
+  known = [b for b, (_, ok) in needs.items() if ok]
+  if may_compile and len(known) < 2:
     refused = min((b for b, (_, ok) in needs.items() if not ok), default=None)
-    known = [b for b, (_, ok) in needs.items() if ok]
     if known:
       batch = max(1, math.floor(known[0] * hbm / needs[known[0]][0]))
     else:
       plain = [b for b, (_, ok) in full_depth(plan, exp, seq, False, topology).items() if ok]
       batch = 2 * max(plain, default=small_batches(seq)[1])
-    for _ in range(2 - fitting):
+    for _ in range(2 - len(known)):
       if refused is not None:
         batch = min(batch, refused - 1)
       if batch < 1 or batch in needs:
