@@ -249,35 +249,23 @@ def remat_line(plan: Plan, exp: str, seq: int, topology: str, may_compile: bool
 
 def confirm_at_full_depth(plan: Plan, cell: dict, predicted: int, per_row: float, hbm: int,
                           boundary: bool):
-  """Full-depth compiles from the predicted batch toward the largest that fits: each next
-  batch where `compile_report.rising_line` through the cell's full-depth answers (those of
-  every run of the plan included; the cell's own slope while there is no rising pair) meets
-  the HBM, kept between the largest batch that fit and the smallest refused; with `boundary`,
-  until a refused batch lies one row above a fitting one. Returns ((batch, its record,
-  whether batch + 1 was refused (None: not compiled)) or None when nothing fit, the smallest
-  batch refused (None: none))."""
+  """Full-depth compiles from the predicted batch toward the largest that fits, each next batch
+  `compile_report.next_batch`'s (the search `--compile_for --fit` makes: the line between the
+  fitting and the refused answer nearest the HBM, the cell's own slope while there is no
+  line, a bisection where the line reaches past the smallest refused batch), from every
+  full-depth answer the file holds for the cell; with `boundary`, until a refused batch lies
+  one row above a fitting one. Returns ((batch, its record, whether batch + 1 was refused
+  (None: not compiled)) or None when nothing fit, the smallest batch refused (None: none))."""
   exp, seq, remat, topology = cell['exp'], cell['seq'], cell['remat'], cell['topology']
   needs = full_depth(plan, exp, seq, remat, topology)
-  batch, made = predicted, 0
-  while made < FULL_COMPILES:
-    low = max((b for b, (_, ok) in needs.items() if ok), default=0)
-    high = min((b for b, (_, ok) in needs.items() if not ok), default=None)
-    if low and (not boundary or high == low + 1):
+  for _ in range(FULL_COMPILES):
+    if any(ok for _, ok in needs.values()) and not boundary:
       break
-    if needs:
-      line = compile_report.rising_line([(b, n) for b, (n, _) in needs.items()], hbm)
-      if line:
-        batch = math.floor((hbm - line[0]) / line[1])
-      else:
-        b0, (n0, _) = min(needs.items(), key=lambda item: abs(item[1][0] - hbm))
-        batch = math.floor(b0 + (hbm - n0) / per_row)
-      batch = max(batch, low + 1)
-      if high is not None:
-        batch = min(batch, high - 1)
-      if batch < 1 or batch in needs:
-        break
+    batch = predicted if not needs else compile_report.next_batch(
+        [(b, n, ok) for b, (n, ok) in needs.items()], hbm, 1, per_row)
+    if batch is None or batch in needs:
+      break
     record = plan.compile(exp, seq, remat, topology, None, batch)
-    made += 1
     if record is None or record['need_bytes'] is None:
       break
     needs[batch] = (record['need_bytes'], record['fits'])

@@ -101,3 +101,52 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
   batch, record, next_refused = answer(plan)
   assert (batch, next_refused) == (truth, True)
   assert 94 in [r['per_chip_batch'] for r in plan.records.values() if r['remat']]
+
+
+def test_tpu_plan_walk_to_the_boundary_where_the_compiler_bends_the_need(tmp_path):
+  """BERT-large at 512 tokens on v5e as the compiler answered it (docs/scaling/
+  tpu_plan_compiles.jsonl): 16-24 rows fit at needs it held to 14.5-15.3 GiB, rematerializing
+  on its own, and 112 rows were refused at 66.5 GiB (here 67.2, 0.578 GiB a row). Past 24 rows
+  this fake goes on at 0.09 GiB a row to a boundary at 28. From the file as it stood (16-20
+  and 112 compiled), a line through two fits would jump past 100 rows and one to the refusal
+  crawls a row a compile (21, 22, ... 29: nine compiles); the walk takes the fits' slope
+  where it reaches further, short of the refusal, and closes the bracket in two runs of the
+  plan (a run makes four compiles a cell, a second resumes from the file)."""
+  from benchmarks import tpu_plan
+  gib = 2 ** 30
+  hbm = int(15.75 * gib)
+  compiled = {16: 14.94, 17: 14.52, 18: 14.82, 19: 14.83, 20: 14.97, 21: 14.96, 22: 15.13,
+              23: 15.21, 24: 15.30}  # GiB, the compiler's
+
+  def need(batch):
+    if batch in compiled:
+      return int(compiled[batch] * gib)
+    if batch <= 28:
+      return int((15.30 + 0.09 * (batch - 24)) * gib)
+    return int((2.5 + 0.578 * batch) * gib)
+
+  class FakePlan(tpu_plan.Plan):
+    def target(self, name):
+      return types.SimpleNamespace(hbm_bytes=hbm)
+
+    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
+      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
+      if key not in self.records:
+        self.made += 1
+        n = need(per_chip_batch)
+        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
+                             'topology': topology, 'layers': 0,
+                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
+                             'fits': n <= hbm}
+      return self.records[key]
+
+  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  for batch in (16, 17, 18, 19, 20, 112):
+    plan.compile('m', 512, False, 'v5e:2x2', None, batch)
+  plan.made = 0
+  cell = {'exp': 'm', 'seq': 512, 'remat': False, 'topology': 'v5e:2x2'}
+  answers = [tpu_plan.confirm_at_full_depth(plan, cell, 16, 0.66 * gib, hbm, True)
+             for _ in range(2)]
+  (batch, _, next_refused), refused = answers[-1]
+  assert (batch, next_refused, refused) == (28, True, 29)
+  assert plan.made <= 6

@@ -214,6 +214,22 @@ def test_the_batch_search_confirms_a_line_that_bends():
   assert best.batch == want and len(attempts) <= 8
 
 
+def test_the_batch_search_bisects_where_refusals_name_no_bytes():
+  """Refusals that name no bytes leave only the fitting compiles' line, which meets the
+  capacity past the batch refused: the search halves the bracket (a guess clamped to one
+  under the refused batch walked down a row a compile and ended at 2 rows here)."""
+  def compile_at(batch):
+    made.append(batch)
+    if batch > 45:
+      return compile_report.Attempt(batch, 0.0, refused='RESOURCE_EXHAUSTED')
+    return _attempt(batch, 2940 + batch, 3000)  # the line through 1 and 2 rows: 60 rows
+
+  made = []
+  best, _ = compile_report.search_largest_batch(compile_at, 1, 3000)
+  assert best.batch == 45 and 46 in made
+  assert made[:3] == [1, 2, 60] and made[3] == 31  # the line's guess refused, then halved
+
+
 def test_an_allocation_failure_is_one_line_with_the_knobs():
   config = _config('mlm_modern_tiny:smoke', 'data.max_seq_length=100000')
   error = jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating '
