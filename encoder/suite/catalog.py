@@ -106,6 +106,10 @@ SUITES = {'glue': GLUE, 'ner': ('conll2003',), 'squad': ('squad',),
 
 RECIPE_TEXT = {'bert': "BERT's (3 epochs; lr 2e-5 GLUE, 5e-5 CoNLL, 3e-5 SQuAD)",
                'compact': 'compact (Turc et al., 2019: 4 epochs, lr 1e-4)'}
+GRID_RECIPE_TEXT = {'bert': "BERT's (3 epochs; lr per task from its grid, chosen on held-out)",
+                    'compact': 'compact (Turc et al., 2019: 4 epochs; lr per task from '
+                    f"{{{', '.join(f'{r:.0e}'.replace('e-0', 'e-') for r in COMPACT_GRID)}}}, "
+                    'chosen on held-out)'}
 
 
 def recipe_name(choice: str, hidden_size: int) -> str:

@@ -26,7 +26,7 @@ from encoder.suite import (
   results,
   suite_report,
 )
-from encoder.suite.catalog import RECIPE_TEXT, recipe_name, suite_tasks
+from encoder.suite.catalog import GRID_RECIPE_TEXT, RECIPE_TEXT, recipe_name, suite_tasks
 from encoder.suite.execute import refuse_stale_runs, run_all
 from encoder.sweep.report import write_report as write_sweep_report
 from encoder.train.trainer import setup_logging
@@ -181,7 +181,9 @@ RECIPE_KEYS = ('train.learning_rate', 'train.num_epochs', 'train.num_steps', 'tr
 
 
 def _recipe_text(suite, arm, user_overrides: list[str]) -> str:
-  """The arm's recipe, and the command line's overrides of it (they win)."""
-  text = RECIPE_TEXT[recipe_name(suite.recipe, arm.hidden_size)]
+  """The arm's recipe (its grid's when `suite.lr_grid`: each row then states the rate chosen),
+  and the command line's overrides of it (they win)."""
+  texts = GRID_RECIPE_TEXT if suite.lr_grid else RECIPE_TEXT
+  text = texts[recipe_name(suite.recipe, arm.hidden_size)]
   overridden = [o for o in user_overrides if o.partition('=')[0].strip() in RECIPE_KEYS]
   return f"{text} with {', '.join(overridden)}" if overridden else text

@@ -368,6 +368,10 @@ def test_arms_of_different_widths_each_run_their_own_recipes_grid(tmp_path, fake
   assert set(wide['grid_medians']) == {'5e-05', '4e-05', '3e-05', '2e-05'}
   best = max(narrow['grid_medians'], key=narrow['grid_medians'].get)
   assert narrow['learning_rate'] == float(best)
+  md = (suites / 'suite.md').read_text()  # each arm's recipe as run: its grid, not one rate
+  assert 'narrow compact (Turc et al., 2019: 4 epochs; lr per task from {3e-4, 1e-4, 5e-5, ' \
+         '3e-5}, chosen on held-out)' in md and 'lr 1e-4' not in md
+  assert "wide BERT's (3 epochs; lr per task from its grid" in md
 
 
 def test_a_grid_of_one_seed_chooses_each_tasks_rate_and_runs_the_other_seeds_at_it(
