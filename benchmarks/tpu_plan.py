@@ -180,9 +180,12 @@ def plan_cell(plan: Plan, exp: str, seq: int, remat: bool, topology: str, confir
   cell.update(status=status, fixed_bytes=round(fixed),
               per_row_bytes=round(per_row), predicted_batch=predicted,
               predicted_need_bytes=round(fixed + per_row * (predicted or 0)))
-  if confirm != 'none' and predicted:
-    found, cell['refused_at'] = confirm_at_full_depth(plan, cell, predicted, per_row, hbm,
-                                                      confirm == 'boundary')
+  if confirm != 'none' and predicted is not None:  # a line that fits no row: compile one
+    found, cell['refused_at'] = confirm_at_full_depth(plan, cell, max(predicted, 1), per_row,
+                                                      hbm, confirm == 'boundary')
+    if cell['refused_at'] == 1:
+      cell['refused_need_bytes'] = plan.records[plan.key(exp, seq, remat, topology, None,
+                                                         1)]['need_bytes']
     if found is not None:
       batch, record, next_refused = found
       cell.update(status='compiled', largest_per_chip_batch=batch, next_refused=next_refused,
@@ -289,6 +292,10 @@ def markdown(cells: list[dict]) -> str:
     compiled = c['status'] == 'compiled'
     if c.get('largest_per_chip_batch') is None:
       lines.append(cell + f"- | - | - | - | - | - | {c['status']} |")
+    elif c.get('refused_at') == 1:  # not one row fits a chip
+      need = c['refused_need_bytes']
+      lines.append(cell + f"0 | 0 | - | - | {'-' if need is None else f'{need / GIB:.2f}'} / "
+                   f"{c['hbm_bytes'] / GIB:.2f} | - | compiled: one row refused |")
     elif not compiled and c.get('refused_at'):  # the compiles made fit nowhere at or below
       lines.append(cell + f"< {c['refused_at']} | - | - | - | - | - | refused at "
                    f"{c['refused_at']}; nothing at or below it fit within the compiles made |")

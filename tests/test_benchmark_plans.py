@@ -150,3 +150,42 @@ def test_tpu_plan_walk_to_the_boundary_where_the_compiler_bends_the_need(tmp_pat
   (batch, _, next_refused), refused = answers[-1]
   assert (batch, next_refused, refused) == (28, True, 29)
   assert plan.made <= 6
+
+
+def test_tpu_plan_compiles_one_row_where_its_line_fits_none(tmp_path):
+  """ModernBERT-large at 8,192 tokens on v5e: the small compiles' line needs 17 GiB a row at
+  full depth, so it predicts 0 rows; the compiler is asked about one row and its refusal is
+  the table's row (not a prediction)."""
+  from benchmarks import tpu_plan
+  gib = 2 ** 30
+  hbm = int(15.75 * gib)
+
+  def need(batch, layers):
+    return int((1.0 + 0.3 * layers + (0.5 + 0.6 * layers) * batch) * gib)
+
+  class FakePlan(tpu_plan.Plan):
+    def target(self, name):
+      return types.SimpleNamespace(hbm_bytes=hbm)
+
+    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
+      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
+      if key not in self.records:
+        self.made += 1
+        n = need(per_chip_batch, layers or depth)
+        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
+                             'topology': topology, 'layers': layers or 0,
+                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
+                             'fits': n <= hbm}
+      return self.records[key]
+
+  depth = tpu_plan.config_of('mlm_modern_large', 8192, False, 'bfloat16', None,
+                             1).model.num_layers
+  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  cell = tpu_plan.plan_cell(plan, 'mlm_modern_large', 8192, False, 'v5e:2x2', 'boundary',
+                            'v5e:2x2')
+  assert cell['predicted_batch'] == 0 and cell['refused_at'] == 1
+  full = [r['per_chip_batch'] for r in plan.records.values() if not r['layers']]
+  assert full == [1]  # one full-depth compile, refused
+  row = tpu_plan.markdown([cell]).splitlines()[-1]
+  assert '| 0 | 0 |' in row and f"{need(1, cell['layers']) / gib:.2f} / 15.75" in row
+  assert row.endswith('compiled: one row refused |')
