@@ -207,10 +207,13 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
   rows rose 0.09-0.17 GiB a row, the line to 112 rows' refused 66.5 GiB 0.57); where it holds
   their need flat, the second meets the capacity past the refused batch (16-20 rows at
   14.5-15.0 GiB: past 100 rows) and is not taken. Lacking a line, the nearest point extended
-  at `per_row` bytes a row (when given), else the batch doubled. A guess at or past the
-  smallest refused batch (a refusal that names no bytes leaves only the fitting compiles'
-  line) halves the bracket instead; one at or below the largest fitting batch probes one
-  unit above it."""
+  at `per_row` bytes a row (when given), else the batch doubled. The bracket (largest fitting,
+  smallest refused) is halved instead where the guess reaches the smallest refused batch (a
+  refusal that names no bytes leaves only the fitting compiles' line), and where the fits'
+  line reaches past it while the line to it gives one unit more, in a bracket wider than two:
+  the need jumps between them (the compiler stops rematerializing; ModernBERT-large at 512
+  tokens needed 14.93 GiB at 28 rows and 21.18 at 36), and a walk a unit at a time finds the
+  jump slowly. A guess at or below the largest fitting batch probes one unit above it."""
   low = max((b for b, _, ok in points if ok), default=0)
   high = min((b for b, _, ok in points if not ok), default=None)
   if high is not None and high - low <= unit:
@@ -222,6 +225,8 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
     local = _meets(*fitting[-2:], capacity, unit)  # the slope where the need stands now
     if local is not None and guess < local < high:
       guess = local
+    elif local is not None and local >= high and guess <= low + unit < high - 2 * unit:
+      guess = high  # the need jumps inside the bracket: halve it (below)
   if guess is None and per_row and known:
     b0, n0 = min(known, key=lambda point: abs(point[1] - capacity))
     guess = int((b0 + (capacity - n0) / per_row) // unit * unit)

@@ -230,6 +230,31 @@ def test_the_batch_search_bisects_where_refusals_name_no_bytes():
   assert made[:3] == [1, 2, 60] and made[3] == 31  # the line's guess refused, then halved
 
 
+def test_the_batch_search_halves_a_bracket_where_the_need_jumps():
+  """ModernBERT-large at 512 tokens on v5e as the TPU compiler answered it: 21-28 rows fit at
+  needs it held to 14.4-14.9 GiB (rematerializing on its own), 36, 37 and 40 rows were refused
+  at 21-23 GiB. Past 28 rows this fake goes on at 0.07 GiB a row to 32, then jumps. The line
+  to the refusal says one row more each time (29, 30, ... 33: five compiles); halving the
+  bracket finds the jump in three."""
+  gib = 2 ** 30
+  capacity = int(15.75 * gib)
+  answered = {21: 14.4, 24: 14.61, 26: 14.77, 27: 14.86, 28: 14.93, 36: 21.18, 37: 21.77,
+              40: 22.89}  # GiB, the compiler's (docs/scaling/tpu_plan_compiles.jsonl)
+
+  def need(batch):
+    if batch in answered:
+      return int(answered[batch] * gib)
+    return int((14.93 + 0.07 * (batch - 28) if batch <= 32 else 0.6 * batch - 0.42) * gib)
+
+  points = [(b, need(b), need(b) <= capacity) for b in answered]
+  made = []
+  while (batch := compile_report.next_batch(points, capacity, 1)) is not None:
+    made.append(batch)
+    points.append((batch, need(batch), need(batch) <= capacity))
+  assert max(b for b, _, ok in points if ok) == 32 and 33 in made
+  assert len(made) <= 3
+
+
 def test_an_allocation_failure_is_one_line_with_the_knobs():
   config = _config('mlm_modern_tiny:smoke', 'data.max_seq_length=100000')
   error = jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating '
