@@ -206,14 +206,18 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
   first line, which then crawls a row a compile (BERT-large at 512 tokens on v5e: 21 to 24
   rows rose 0.09-0.17 GiB a row, the line to 112 rows' refused 66.5 GiB 0.57); where it holds
   their need flat, the second meets the capacity past the refused batch (16-20 rows at
-  14.5-15.0 GiB: past 100 rows) and is not taken. Lacking a line, the nearest point extended
-  at `per_row` bytes a row (when given), else the batch doubled. The bracket (largest fitting,
-  smallest refused) is halved instead where the guess reaches the smallest refused batch (a
-  refusal that names no bytes leaves only the fitting compiles' line), and where the fits'
-  line reaches past it while the line to it gives one unit more, in a bracket wider than two:
-  the need jumps between them (the compiler stops rematerializing; ModernBERT-large at 512
-  tokens needed 14.93 GiB at 28 rows and 21.18 at 36), and a walk a unit at a time finds the
-  jump slowly. A guess at or below the largest fitting batch probes one unit above it."""
+  14.5-15.0 GiB: past 100 rows) and is not taken. Lacking a line, the answer nearest the
+  capacity extended at `per_row` bytes a row where that lands inside the bracket, else its
+  batch scaled by capacity over its need (BERT-large with remat on v6e, read from v5e's line
+  at 0.10 GiB a row, was refused at 264 rows needing 87.9 GiB: the slope's answer, below one
+  row, gives way to 93); with no answer naming its need, the batch doubled. The bracket
+  (largest fitting, smallest refused) is halved instead where the guess reaches the smallest
+  refused batch (a refusal that names no bytes leaves only the fitting compiles' line), and
+  where the fits' line reaches past it while the line to it gives one unit more, in a bracket
+  wider than two: the need jumps between them (the compiler stops rematerializing;
+  ModernBERT-large at 512 tokens needed 14.93 GiB at 28 rows and 21.18 at 36), and a walk a
+  unit at a time finds the jump slowly. A guess at or below the largest fitting batch probes
+  one unit above it."""
   low = max((b for b, _, ok in points if ok), default=0)
   high = min((b for b, _, ok in points if not ok), default=None)
   if high is not None and high - low <= unit:
@@ -227,9 +231,11 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
       guess = local
     elif local is not None and local >= high and guess <= low + unit < high - 2 * unit:
       guess = high  # the need jumps inside the bracket: halve it (below)
-  if guess is None and per_row and known:
+  if guess is None and known:
     b0, n0 = min(known, key=lambda point: abs(point[1] - capacity))
-    guess = int((b0 + (capacity - n0) / per_row) // unit * unit)
+    guess = int((b0 + (capacity - n0) / per_row) // unit * unit) if per_row else 0
+    if not low < guess < (high or guess + 1):  # that slope misses the bracket: the answer's
+      guess = int(b0 * capacity / n0 // unit * unit)  # need scaled (its fixed part: short of it)
   if guess is None:
     guess = 2 * low
   if high is not None and guess >= high:

@@ -255,6 +255,20 @@ def test_the_batch_search_halves_a_bracket_where_the_need_jumps():
   assert len(made) <= 3
 
 
+def test_a_refusal_far_past_the_capacity_scales_the_next_batch_down_to_it():
+  """BERT-large with remat on v6e (31.25 GiB a chip), read from v5e's line at 0.10 GiB a row,
+  was refused at 264 rows needing 87.9 GiB: extended at that slope the answer is below one
+  row; its batch scaled by capacity over need is the next compile instead."""
+  gib = 2 ** 30
+  guess = compile_report.next_batch([(264, int(87.91 * gib), False)], int(31.25 * gib), 1,
+                                    per_row=0.103 * gib)
+  assert guess == int(264 * 31.25 / 87.91)
+  # Where the slope lands inside the bracket it is kept: v5p, refused at 948 rows (98.55 GiB
+  # of 95.74), 0.104 GiB a row back from it.
+  assert compile_report.next_batch([(948, int(98.55 * gib), False)], int(95.74 * gib), 1,
+                                   per_row=0.104 * gib) == 920
+
+
 def test_an_allocation_failure_is_one_line_with_the_knobs():
   config = _config('mlm_modern_tiny:smoke', 'data.max_seq_length=100000')
   error = jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating '
