@@ -253,6 +253,11 @@ def test_the_batch_search_halves_a_bracket_where_the_need_jumps():
     points.append((batch, need(batch), need(batch) <= capacity))
   assert max(b for b, _, ok in points if ok) == 32 and 33 in made
   assert len(made) <= 3
+  # Fits whose need falls (BERT-large with remat on v6e: 30.87 GiB at 83 rows, 30.86 at 84,
+  # refused at 264 needing 87.91): the compiler is squeezing, the bracket is halved.
+  v6e = [(1, 5.36, True), (83, 30.87, True), (84, 30.86, True), (264, 87.91, False)]
+  assert compile_report.next_batch([(b, int(n * gib), ok) for b, n, ok in v6e],
+                                   int(31.25 * gib), 1) == (84 + 264) // 2
 
 
 def test_a_refusal_far_past_the_capacity_scales_the_next_batch_down_to_it():
