@@ -7,6 +7,29 @@ import types
 import pytest
 
 
+def fake_plan(path, need, hbm: int):
+  """A tpu_plan.Plan (its file `path`) whose compiler is arithmetic: a compile needs
+  `need(per_chip_batch, layers)` bytes (layers None: the full depth) and fits under `hbm`."""
+  from benchmarks import tpu_plan
+
+  class FakePlan(tpu_plan.Plan):
+    def target(self, name):
+      return types.SimpleNamespace(hbm_bytes=hbm)
+
+    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
+      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
+      if key not in self.records:
+        self.made += 1
+        n = need(per_chip_batch, layers)
+        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
+                             'topology': topology, 'layers': layers or 0,
+                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
+                             'fits': n <= hbm}
+      return self.records[key]
+
+  return FakePlan(str(path), 'bfloat16', 100)
+
+
 @pytest.mark.parametrize('size', ['mini', 'modern_mini'])
 def test_model_flops_count_the_models_own_kernels_and_the_local_band(size):
   """6 N B T with N counted from the model's parameter shapes (the encoder's kernels, bar the
@@ -58,24 +81,9 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
   gib = 2 ** 30
   hbm = int(15.75 * gib)
 
-  def need(batch):
+  def need(batch, layers=None):
     bend = 0.2 * gib if batch > 150 else 0
     return int(1.4 * gib + 0.023 * gib * batch + bend)
-
-  class FakePlan(tpu_plan.Plan):
-    def target(self, name):
-      return types.SimpleNamespace(hbm_bytes=hbm)
-
-    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
-      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
-      if key not in self.records:
-        self.made += 1
-        n = need(per_chip_batch)
-        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
-                             'topology': topology, 'layers': layers or 0,
-                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
-                             'fits': n <= hbm}
-      return self.records[key]
 
   def answer(plan):
     plan.compile('m', 512, False, 'v5e:2x2', None, 47)  # the plain run's largest batch
@@ -84,7 +92,7 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
     predicted = int((hbm - fixed) / per_row)
     return tpu_plan.confirm_at_full_depth(plan, cell, predicted, per_row, hbm, True)[0]
 
-  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  plan = fake_plan(tmp_path / 'none.jsonl', need, hbm)
   batch, record, next_refused = answer(plan)
   truth = max(b for b in range(1, 1000) if need(b) <= hbm)
   assert (batch, next_refused) == (truth, True) and record['need_bytes'] == need(truth)
@@ -95,7 +103,7 @@ def test_tpu_plan_walks_full_depth_compiles_to_the_boundary_and_resumes(tmp_path
 
   # A file holding only refused remat compiles near the HBM (an earlier plan's) still gets
   # the line's low point: refused answers alone do not draw the line.
-  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  plan = fake_plan(tmp_path / 'none.jsonl', need, hbm)
   for refused in (640, 660):
     assert not plan.compile('m', 512, True, 'v5e:2x2', None, refused)['fits']
   batch, record, next_refused = answer(plan)
@@ -118,29 +126,14 @@ def test_tpu_plan_walk_to_the_boundary_where_the_compiler_bends_the_need(tmp_pat
   compiled = {16: 14.94, 17: 14.52, 18: 14.82, 19: 14.83, 20: 14.97, 21: 14.96, 22: 15.13,
               23: 15.21, 24: 15.30}  # GiB, the compiler's
 
-  def need(batch):
+  def need(batch, layers=None):
     if batch in compiled:
       return int(compiled[batch] * gib)
     if batch <= 28:
       return int((15.30 + 0.09 * (batch - 24)) * gib)
     return int((2.5 + 0.578 * batch) * gib)
 
-  class FakePlan(tpu_plan.Plan):
-    def target(self, name):
-      return types.SimpleNamespace(hbm_bytes=hbm)
-
-    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
-      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
-      if key not in self.records:
-        self.made += 1
-        n = need(per_chip_batch)
-        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
-                             'topology': topology, 'layers': 0,
-                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
-                             'fits': n <= hbm}
-      return self.records[key]
-
-  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+  plan = fake_plan(tmp_path / 'none.jsonl', need, hbm)
   for batch in (16, 17, 18, 19, 20, 112):
     plan.compile('m', 512, False, 'v5e:2x2', None, batch)
   plan.made = 0
@@ -160,27 +153,13 @@ def test_tpu_plan_compiles_one_row_where_its_line_fits_none(tmp_path):
   gib = 2 ** 30
   hbm = int(15.75 * gib)
 
-  def need(batch, layers):
-    return int((1.0 + 0.3 * layers + (0.5 + 0.6 * layers) * batch) * gib)
-
-  class FakePlan(tpu_plan.Plan):
-    def target(self, name):
-      return types.SimpleNamespace(hbm_bytes=hbm)
-
-    def compile(self, exp, seq, remat, topology, layers, per_chip_batch):
-      key = self.key(exp, seq, remat, topology, layers, per_chip_batch)
-      if key not in self.records:
-        self.made += 1
-        n = need(per_chip_batch, layers or depth)
-        self.records[key] = {'exp': exp, 'seq': seq, 'remat': remat, 'dtype': self.dtype,
-                             'topology': topology, 'layers': layers or 0,
-                             'per_chip_batch': per_chip_batch, 'need_bytes': n,
-                             'fits': n <= hbm}
-      return self.records[key]
-
   depth = tpu_plan.config_of('mlm_modern_large', 8192, False, 'bfloat16', None,
                              1).model.num_layers
-  plan = FakePlan(str(tmp_path / 'none.jsonl'), 'bfloat16', 100)
+
+  def need(batch, layers):
+    layers = layers or depth
+    return int((1.0 + 0.3 * layers + (0.5 + 0.6 * layers) * batch) * gib)
+  plan = fake_plan(tmp_path / 'none.jsonl', need, hbm)
   cell = tpu_plan.plan_cell(plan, 'mlm_modern_large', 8192, False, 'v5e:2x2', 'boundary',
                             'v5e:2x2')
   assert cell['predicted_batch'] == 0 and cell['refused_at'] == 1

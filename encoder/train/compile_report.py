@@ -223,6 +223,7 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
   high = min((b for b, _, ok in points if not ok), default=None)
   if high is not None and high - low <= unit:
     return None
+  middle = None if high is None else (low + high) // 2 // unit * unit
   known = [(b, n) for b, n, _ in points if n]
   guess = _predict(known, capacity, unit)
   fitting = sorted((b, n) for b, n, ok in points if ok and n)
@@ -231,7 +232,7 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
     if local is not None and guess < local < high:
       guess = local
     elif (local is None or local >= high) and guess <= low + unit < high - 2 * unit:
-      guess = high  # the need jumps inside the bracket: halve it (below)
+      guess = middle  # the need jumps inside the bracket
   if guess is None and known:
     b0, n0 = min(known, key=lambda point: abs(point[1] - capacity))
     guess = int((b0 + (capacity - n0) / per_row) // unit * unit) if per_row else 0
@@ -240,7 +241,7 @@ def next_batch(points: list[tuple[int, int | None, bool]], capacity: int, unit: 
   if guess is None:
     guess = 2 * low
   if high is not None and guess >= high:
-    guess = (low + high) // 2 // unit * unit
+    guess = middle
   guess = max(guess, low + unit)
   return guess if high is None else min(guess, high - unit)
 
