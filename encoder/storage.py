@@ -15,6 +15,17 @@ are corpora, `init_from` runs and checkpoints opened in Colab. Everything goes t
   does that itself), s3:// by its s3 driver, which Orbax 0.12 does not select on its own;
   `check_checkpoint_location` installs encoder/orbax_s3.py for that.
 
+Every bucket call made here is bounded: each try has `store_retry`'s timeout (the coroutine
+is cancelled when it runs out), transient failures are retried within its budget, and what
+still fails is one StoreError line naming the call and the path. What the clients do on their
+own (Orbax's metadata through epath, streamed reads) is bounded by the per-request timeouts
+`configure()` gives them. gs:// uses gcsfs's JSON-API client (`gcsfs.core.GCSFileSystem`):
+gcsfs 2026.10 otherwise swaps in a class that first asks the Storage Control API over gRPC
+what kind of bucket it is, 60 s of retries per call whenever the answer does not come (an
+emulator, a locked-down network), never cached when it fails.
+`GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=true`, set by the user, keeps gcsfs's choice (zonal buckets
+need it).
+
 One variable points every layer at a local emulator, as Google's and Amazon's clients read it:
 `STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (GCS) or `AWS_ENDPOINT_URL=...` (S3).
 `configure()` maps it to what each layer reads (gcsfs and google-cloud-storage read the same
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import builtins
 import glob as globlib
+import io
 import os
 import re
 import shutil
@@ -69,8 +81,28 @@ def check(path) -> str:
   if kind is not None:
     configure()  # before any layer (Orbax included) is handed the URL
   if kind == 'gs':  # after configure: gcsfs reads its settings when first imported
+    _json_api_gcsfs()
     store_retry.watch_gcsfs()  # gcsfs's own retries, counted in the trainer's log line
   return text
+
+
+_ZB_HNS = 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT'
+_user_zb_hns = os.environ.get(_ZB_HNS, '').lower() in ('true', '1')  # the user's own choice
+
+
+def _json_api_gcsfs() -> None:
+  """fsspec's gs:// and gcs:// are gcsfs's JSON-API class (the module docstring says why),
+  whatever imported gcsfs first, unless the user asked for gcsfs's experimental class."""
+  if _user_zb_hns:
+    return
+  import fsspec
+  try:
+    from gcsfs.core import GCSFileSystem
+  except ImportError:  # no gcsfs: fsspec's own one-line hint follows at the first call
+    return
+  for protocol in ('gs', 'gcs'):
+    if fsspec.registry.get(protocol) is not GCSFileSystem:
+      fsspec.register_implementation(protocol, GCSFileSystem, clobber=True)
 
 
 # The names each store accepts (GCS: 3-63 characters, or up to 222 in dot-separated parts;
@@ -96,6 +128,8 @@ def check_bucket_name(kind: str, bucket: str, text: str) -> None:
 def configure() -> None:
   """Points every storage layer at the emulator the user named (again if the variables change)."""
   global _applied
+  if not _user_zb_hns:  # before gcsfs is first imported, which reads it then (and only then)
+    os.environ[_ZB_HNS] = 'false'
   wanted = (os.environ.get('STORAGE_EMULATOR_HOST', ''), os.environ.get('AWS_ENDPOINT_URL', ''))
   if wanted == _applied and all(name in os.environ for name in _derived):
     return
@@ -114,8 +148,6 @@ def configure() -> None:
     url = gcs_emulator if '://' in gcs_emulator else f'http://{gcs_emulator}'
     _derive('TENSORSTORE_GCS_HTTP_URL', url)
     _derive('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'anonymous')
-    # gcsfs probes the bucket type over gRPC first (and waits 60 s) unless told not to.
-    _derive('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
     fsspec.config.conf.setdefault('gcs', {}).update(token='anon', endpoint_url=url)
   if aws_endpoint:
     _derive('AWS_EC2_METADATA_DISABLED', 'true')  # never ask 169.254.169.254
@@ -129,6 +161,24 @@ def configure() -> None:
   # them, so listings are always asked afresh.
   for protocol in _FSSPEC_PROTOCOL.values():
     fsspec.config.conf.setdefault(protocol, {})['use_listings_cache'] = False
+  _request_timeouts(fsspec.config.conf)
+
+
+def _request_timeouts(conf: dict) -> None:
+  """Per-request timeouts for what the clients do outside `_call` (Orbax's metadata through
+  epath, streamed reads): gcsfs hands aiohttp no timeout at all unless given one, so a server
+  that accepts and never answers holds a request forever. s3fs has its own (5 s to connect,
+  15 s a read). A silent socket is what times out, not a slow transfer."""
+  import aiohttp
+  seconds = store_retry.DEFAULT.timeout_s
+  gcs = conf.setdefault('gcs', {})
+  if 'requests_timeout' not in gcs or gcs['requests_timeout'] in _our_timeouts:
+    gcs['requests_timeout'] = aiohttp.ClientTimeout(total=None, sock_connect=seconds,
+                                                    sock_read=seconds)
+    _our_timeouts.append(gcs['requests_timeout'])
+
+
+_our_timeouts: list = []  # the ClientTimeouts set above (a user's own setting is kept)
 
 
 def _derive(name: str, value: str) -> None:
@@ -136,6 +186,24 @@ def _derive(name: str, value: str) -> None:
   if name not in os.environ or name in _derived:
     os.environ[name] = value
     _derived.add(name)
+
+
+def _call(path: str, name: str, *args, what: str = '', kind: str = 'call', **kwargs):
+  """`await fs._NAME(*args)` on the filesystem of `path`, each try cancelled after
+  `store_retry.DEFAULT.timeout_s` and retried within its budget; StoreError naming the call
+  (`what`, or NAME) and `path` when it still fails. Retries count under `kind`."""
+  import fsspec.asyn
+  policy = store_retry.DEFAULT
+
+  def once():
+    fs = filesystem(path)  # after each failure too: a changed endpoint is followed
+    return fsspec.asyn.sync(fs.loop, getattr(fs, f'_{name}'), *args, timeout=policy.timeout_s,
+                            **kwargs)
+  return store_retry.call(once, what or f'{name} of {path}', kind, policy)
+
+
+def _missing(error: store_retry.StoreError) -> bool:
+  return isinstance(error.__cause__, FileNotFoundError)
 
 
 def epath(path):
@@ -165,36 +233,45 @@ def join(path, *parts) -> str:
 
 
 def exists(path) -> bool:
-  return epath(path).exists() if is_remote(path) else os.path.exists(path)
+  return _call(check(path), 'exists', path) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path) -> bool:
-  return epath(path).is_dir() if is_remote(path) else os.path.isdir(path)
+  return _call(check(path), 'isdir', path) if is_remote(path) else os.path.isdir(path)
 
 
 def isfile(path) -> bool:
   if is_remote(path):
-    p = epath(path)
-    return p.exists() and not p.is_dir()
+    return exists(path) and not isdir(path)
   return os.path.isfile(path)
 
 
 def getsize(path) -> int:
-  return filesystem(path).size(path) if is_remote(path) else os.path.getsize(path)
+  return _call(check(path), 'size', path) if is_remote(path) else os.path.getsize(path)
 
 
 def version(path) -> str:
-  """What changes when the file does (size and modification time; a bucket's object info)."""
+  """What changes when the file does (size and modification time; a bucket's object info,
+  hashed as fsspec's `ukey` hashes it)."""
   if is_remote(path):
-    return filesystem(path).ukey(path)
+    import hashlib
+    return hashlib.sha256(str(_call(check(path), 'info', path)).encode()).hexdigest()
   info = os.stat(path)
   return f'{info.st_size}:{info.st_mtime_ns}'
 
 
 def listdir(path) -> list[str]:
   if is_remote(path):
-    return [p.name for p in epath(path).iterdir()]
+    names = _call(check(path), 'ls', path, detail=False)
+    children = [n.rstrip('/').rsplit('/', 1)[-1] for n in names
+                if n.rstrip('/') != _bare(path).rstrip('/')]
+    return [n for n in children if not n.endswith('~')]  # as epath lists
   return os.listdir(path)
+
+
+def _bare(path: str) -> str:
+  """A bucket URL as fsspec's listings name it: `bucket/key`, no scheme."""
+  return os.fspath(path).split('://', 1)[1]
 
 
 def makedirs(path) -> None:
@@ -206,11 +283,30 @@ def makedirs(path) -> None:
 
 
 def open(path, mode: str = 'r', encoding: str | None = None):  # noqa: A001 - mirrors builtins.open
-  if is_remote(path):
-    if 'b' not in mode:
-      encoding = encoding or 'utf-8'
-    return epath(path).open(mode, encoding=encoding)
-  return builtins.open(path, mode, encoding=encoding)
+  """A file; on a bucket, writes are one bounded upload when the file is closed, and reads
+  stream through the client (its per-request timeouts, after a bounded look that it exists)."""
+  if not is_remote(path):
+    return builtins.open(path, mode, encoding=encoding)
+  if mode.strip('bt') == 'w':
+    upload = _UploadOnClose(check(path))
+    return upload if 'b' in mode else io.TextIOWrapper(upload, encoding=encoding or 'utf-8')
+  if mode.strip('bt') == 'r' and not isfile(path):
+    raise FileNotFoundError(path)
+  return epath(path).open(mode, encoding=None if 'b' in mode else encoding or 'utf-8')
+
+
+class _UploadOnClose(io.BytesIO):
+  """A bucket object written in memory and uploaded whole by `write_atomic` when closed."""
+
+  def __init__(self, path: str):
+    super().__init__()
+    self._path = path
+
+  def close(self) -> None:
+    if not self.closed:
+      data = self.getvalue()
+      super().close()
+      write_atomic(self._path, data)
 
 
 def read_text(path) -> str:
@@ -228,7 +324,7 @@ def write_atomic(path, data: bytes | str) -> None:
   into place; on a bucket one upload, which an object store commits whole."""
   data = data.encode('utf-8') if isinstance(data, str) else data
   if is_remote(path):
-    store_retry.call(lambda: _upload(path, data), f'upload of {path}', 'upload')
+    _call(check(path), 'pipe_file', path, data, what=f'upload of {path}', kind='upload')
     return
   tmp = path + '.tmp'
   with builtins.open(tmp, 'wb') as f:
@@ -236,26 +332,26 @@ def write_atomic(path, data: bytes | str) -> None:
   os.replace(tmp, path)
 
 
-def _upload(path: str, data: bytes) -> None:
-  """One whole-object upload through the client configure() set up last (epath keeps the
-  first filesystem it made, whatever the endpoint since)."""
-  filesystem(path).pipe_file(path, data)
-
-
 def remove(path) -> None:
   if is_remote(path):
-    epath(path).unlink()
+    _call(check(path), 'rm_file', path)
   else:
     os.remove(path)
 
 
 def rmtree(path, ignore_errors: bool = False) -> None:
+  """A directory tree removed; with `ignore_errors`, a missing tree and a store that still
+  fails after its bound are let go (the caller may try again later)."""
   if not is_remote(path):
     shutil.rmtree(path, ignore_errors=ignore_errors)
     return
   try:
-    epath(path).rmtree()
-  except (FileNotFoundError, OSError):
+    _call(check(path), 'rm', path, recursive=True)
+  except store_retry.StoreError as e:
+    if _missing(e) and ignore_errors:
+      return
+    if _missing(e):
+      raise FileNotFoundError(path) from None
     if not ignore_errors:
       raise
 
@@ -265,9 +361,8 @@ def move(source, target) -> None:
   if not is_remote(source):
     shutil.move(source, target)
     return
-  fs = filesystem(source)
-  fs.copy(source, target, recursive=True)
-  fs.rm(source, recursive=True)
+  _call(check(source), 'copy', source, check(target), recursive=True)
+  _call(source, 'rm', source, recursive=True)
 
 
 def glob(pattern: str) -> list[str]:
@@ -275,7 +370,7 @@ def glob(pattern: str) -> list[str]:
   if not is_remote(pattern):
     return globlib.glob(os.path.expanduser(pattern), recursive=True)
   prefix = scheme(pattern) + '://'
-  return [prefix + p for p in filesystem(pattern).glob(pattern)]
+  return [prefix + p for p in _call(check(pattern), 'glob', pattern)]
 
 
 def check_checkpoint_location(path) -> None:
@@ -298,13 +393,17 @@ def check_bucket(path) -> None:
     return
   kind, bucket = scheme(text), parse.urlparse(text).netloc
   try:
-    filesystem(text).info(f'{kind}://{bucket}')
-  except FileNotFoundError:
-    raise ConfigError(f"bucket {kind}://{bucket} does not exist (in '{text}'): create it first "
-                      'or fix the URL') from None
-  except Exception as e:  # noqa: BLE001 - each client raises its own auth and network errors
-    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    _call(text, 'info', f'{kind}://{bucket}', what=f'info of {kind}://{bucket}')
+  except store_retry.StoreError as e:
+    cause = e.__cause__ or e
+    if _missing(e):
+      raise ConfigError(f"bucket {kind}://{bucket} does not exist (in '{text}'): create it "
+                        'first or fix the URL') from None
+    if store_retry.is_transient(cause):
+      raise ConfigError(
+          f'cannot reach bucket {kind}://{bucket}: {e}, {store_retry.DEFAULT.timeout_s:g} s '
+          f'a try at most: check the network (or raise {store_retry.TIMEOUT_VARIABLE})') from None
     raise ConfigError(
-        f"cannot reach bucket {kind}://{bucket} ({type(e).__name__}: {reason}): check your "
+        f'cannot reach bucket {kind}://{bucket} ({store_retry.describe(cause)}): check your '
         'credentials (gcloud auth application-default login; AWS_PROFILE or AWS_ACCESS_KEY_ID) '
         'and the bucket name') from None

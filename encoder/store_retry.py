@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import os
 import random
 import sys
 import threading
@@ -46,17 +47,32 @@ _counts_lock = threading.Lock()
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-  """How long a transient failure is retried: at most `attempts` tries and `budget_s` seconds."""
+  """How long a transient failure is retried: at most `attempts` tries and `budget_s` seconds,
+  each try given at most `timeout_s` (a store that accepts a request and never answers it is a
+  transient failure that ends, not a hang)."""
   attempts: int = 10
   base_s: float = 0.05
   cap_s: float = 2.0
   budget_s: float = 120.0
+  timeout_s: float = 60.0
 
   def delay(self, retry: int, rng: random.Random) -> float:
     return rng.uniform(0.0, min(self.cap_s, self.base_s * 2 ** retry))
 
 
-DEFAULT = Policy()
+TIMEOUT_VARIABLE = 'ENCODER_STORE_TIMEOUT_S'
+
+
+def default_policy(environ=os.environ) -> Policy:
+  """The policy of every bucket call: ENCODER_STORE_TIMEOUT_S (60 unless set) seconds a try,
+  twice that in all; a slow link may raise it, a test lowers it to see the bound in seconds."""
+  timeout = float(environ.get(TIMEOUT_VARIABLE) or 60.0)
+  if not timeout > 0:
+    raise EncoderError(f'{TIMEOUT_VARIABLE}={environ[TIMEOUT_VARIABLE]!r}: give seconds > 0')
+  return Policy(timeout_s=timeout, budget_s=2 * timeout)
+
+
+DEFAULT = default_policy()
 _rng = random.Random()  # jitter only: what is read never depends on it
 
 
@@ -176,8 +192,9 @@ def _give_up(error: BaseException, what: str, tries: int) -> StoreError:
   return StoreError(f'cannot access {what} ({describe(error)})')
 
 
-def call(fn: Callable[[], T], what: str, kind: str, policy: Policy = DEFAULT) -> T:
+def call(fn: Callable[[], T], what: str, kind: str, policy: Policy | None = None) -> T:
   """fn(), retried while it fails transiently; StoreError naming `what` otherwise."""
+  policy = policy or DEFAULT
   start = time.monotonic()
   for retry in range(policy.attempts):
     try:
@@ -192,12 +209,13 @@ def call(fn: Callable[[], T], what: str, kind: str, policy: Policy = DEFAULT) ->
 
 
 async def call_async(fn: Callable[[], Awaitable[T]], what: str, kind: str,
-                     policy: Policy = DEFAULT) -> T:
+                     policy: Policy | None = None) -> T:
   """`call` for a coroutine function, waiting with asyncio.sleep (the event loop keeps going)."""
+  policy = policy or DEFAULT
   start = time.monotonic()
   for retry in range(policy.attempts):
     try:
-      return await fn()
+      return await asyncio.wait_for(fn(), policy.timeout_s)
     except Exception as e:  # noqa: BLE001 - every client raises its own types
       if not is_transient(e) or retry + 1 == policy.attempts or \
          time.monotonic() - start > policy.budget_s:

@@ -95,6 +95,37 @@ def s3_server(require_auth: bool = False):
     yield url
 
 
+@contextlib.contextmanager
+def silent_server():
+  """A server on 127.0.0.1 that accepts every connection and never answers: a store that
+  hangs. Yields its URL; its thread and the connections it holds end with the block."""
+  import threading
+  listener = socket.socket()
+  listener.bind(('127.0.0.1', 0))
+  listener.listen(64)
+  listener.settimeout(0.1)
+  held, stop = [], threading.Event()
+
+  def accept() -> None:
+    while not stop.is_set():
+      try:
+        held.append(listener.accept()[0])
+      except TimeoutError:
+        continue
+      except OSError:
+        return
+  thread = threading.Thread(target=accept, daemon=True)
+  thread.start()
+  try:
+    yield f'http://127.0.0.1:{listener.getsockname()[1]}'
+  finally:
+    stop.set()
+    thread.join(timeout=5)
+    listener.close()
+    for conn in held:
+      conn.close()
+
+
 def client_env(gcs_url: str | None = None, s3_url: str | None = None) -> dict:
   """What a user sets to use the emulators: one variable each (and nothing pointing at a cloud)."""
   env = {k: v for k, v in os.environ.items()

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from encoder import orbax_s3, storage
+from encoder import orbax_s3, storage, store_retry
 from encoder.checkpoint_files import find_run_directory, resolve_checkpoint, restore_newest_params  # noqa: F401 - find_run_directory: read from here too
 from encoder.errors import CheckpointError, ConfigError
 from encoder.train.steps import TrainState
@@ -95,6 +95,10 @@ class Checkpointer:
     # committed. TRASH is emptied at start and after each committed save.
     # On s3:// (orbax_s3.manager_options) a step is written in place, commit_success.txt last,
     # and old steps are deleted in place: a rename there is a copy.
+    if storage.is_remote(self.directory):
+      # One bounded call before Orbax is handed the bucket: a store that does not answer ends
+      # here in one line, within store_retry's bound, not inside Orbax's own calls.
+      storage.isdir(self.directory)
     options = orbax_s3.manager_options(self.directory, create=True,
                                        enable_async_checkpointing=asynchronous,
                                        cleanup_tmp_directories=True, todelete_subdir=TRASH,
@@ -117,14 +121,20 @@ class Checkpointer:
     self.wait()
     self._writing = step
     try:
+      if storage.is_remote(self.directory):
+        storage.isdir(self.directory)  # bounded: a silent store fails here, not inside Orbax
       self.manager.save(step, args=args, force=force, metrics=metrics)
     except Exception as e:  # noqa: BLE001 - Orbax and the filesystem raise many types
       raise self._write_error(e) from None
 
   def _write_error(self, e: Exception) -> CheckpointError:
     step, self._writing = self._writing, None
-    committed = [s for s in _step_dirs(self.directory) if s != step]
-    kept = f'newest intact checkpoint: step {max(committed)}' if committed else 'none written yet'
+    if isinstance(e, store_retry.StoreError):  # the store did not answer: ask it nothing more
+      kept = 'the steps committed before it are as they were'
+    else:
+      committed = [s for s in _step_dirs(self.directory) if s != step]
+      kept = (f'newest intact checkpoint: step {max(committed)}' if committed
+              else 'none written yet')
     first = (str(e).strip().splitlines() or [''])[0][:200]
     return CheckpointError(
         f'could not write the checkpoint of step {step} in {self.directory} '
@@ -180,8 +190,21 @@ class Checkpointer:
     self._empty_trash()
 
   def _empty_trash(self) -> None:
-    if jax.process_index() == 0:  # Orbax moves old steps into TRASH on the primary host only
-      storage.rmtree(os.path.join(self.directory, TRASH), ignore_errors=True)
+    """Old steps deleted, within store_retry's bound on a bucket; what is left (a store that
+    does not answer) is tried again after the next save."""
+    if jax.process_index() != 0:  # Orbax moves old steps into TRASH on the primary host only
+      return
+    trash = os.path.join(self.directory, TRASH)
+    try:
+      if storage.is_remote(trash):
+        storage.rmtree(trash)
+      else:
+        storage.rmtree(trash, ignore_errors=True)
+    except FileNotFoundError:
+      pass
+    except store_retry.StoreError as e:
+      log.warning('warning: old checkpoints in %s not deleted yet (%s); tried again after the '
+                  'next save', trash, e)
 
   def close(self) -> None:
     self.wait()

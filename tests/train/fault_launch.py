@@ -113,16 +113,17 @@ def _install(kind: str, at: int, act, killing: bool) -> None:
   train_loop.Evaluator.__call__ = evaluate
 
   from encoder import storage
-  original_upload = storage._upload
+  original_write_atomic = storage.write_atomic
 
-  def upload(path, data):
-    last = data.rstrip(b'\n').rsplit(b'\n', 1)[-1]
-    if kind == 'upload' and path.endswith('metrics.jsonl') and \
+  def write_atomic(path, data):
+    raw = data.encode('utf-8') if isinstance(data, str) else data
+    last = raw.rstrip(b'\n').rsplit(b'\n', 1)[-1]
+    if kind == 'upload' and storage.is_remote(path) and path.endswith('metrics.jsonl') and \
        last.startswith(b'{"step": %d, ' % at):
       act()
-    return original_upload(path, data)
+    return original_write_atomic(path, data)
 
-  storage._upload = upload
+  storage.write_atomic = write_atomic
 
   original_array_write = type_handlers.NumpyHandler._open_and_write
 
