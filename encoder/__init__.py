@@ -12,6 +12,10 @@ if TYPE_CHECKING:
 
 __version__ = '0.1.0'
 
+from encoder import jax_platforms as _jax_platforms  # noqa: E402 - JAX-free, before any JAX use
+
+_jax_platforms.skip_absent_tpu()  # libtpu installed off a TPU host: no TPU probe, no noise
+
 
 def load(path: str, *, attention_impl: str = 'auto') -> Model:
   """A workdir (its newest checkpoint), one checkpoint step directory, or a model on the

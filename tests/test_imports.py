@@ -32,7 +32,7 @@ LAYERS = {
     '__init__': 6,
 }
 FOUNDATION = ('errors', 'storage', 'store_retry', 'configs', 'config_schema', 'orbax_s3',
-              'checkpoint_files', 'describe', 'hub_cache', 'saved_config')
+              'checkpoint_files', 'describe', 'hub_cache', 'saved_config', 'jax_platforms')
 
 
 def module_names(root: pathlib.Path, package: str) -> dict[str, pathlib.Path]:
