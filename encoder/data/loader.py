@@ -14,6 +14,7 @@ import math
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -133,25 +134,25 @@ class BatchIterator(Iterator[Batch]):
     self._scheduled = max(self._scheduled, until)
 
   def _start(self) -> None:
+    # The threads hold the iterator weakly: one dropped without close() is collected, and
+    # its threads see that within a second and end (they would otherwise wait forever).
     for i in range(self._workers):
-      thread = threading.Thread(target=self._work, daemon=True, name=f'data-prefetch-{i}')
+      thread = threading.Thread(target=_prefetch_worker, args=(weakref.ref(self), self._todo,
+                                                                 self._stop),
+                                daemon=True, name=f'data-prefetch-{i}')
       thread.start()
       self._threads.append(thread)
 
-  def _work(self) -> None:
-    while not self._stop.is_set():
-      step = self._todo.get()
-      if step is None:
-        return
-      start = time.perf_counter()
-      try:
-        item = self._make(step)
-      except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
-        item = e
-      with self._done:
-        self._make_s = _average(self._make_s, time.perf_counter() - start)
-        self._ready[step] = item
-        self._done.notify_all()
+  def _work_on(self, step: int) -> None:
+    start = time.perf_counter()
+    try:
+      item = self._make(step)
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+      item = e
+    with self._done:
+      self._make_s = _average(self._make_s, time.perf_counter() - start)
+      self._ready[step] = item
+      self._done.notify_all()
 
   def close(self) -> None:
     """Stops the prefetch threads (daemons, so forgetting this never blocks exit)."""
@@ -163,6 +164,23 @@ class BatchIterator(Iterator[Batch]):
 
   def __del__(self):
     self._stop.set()
+
+
+def _prefetch_worker(iterator: weakref.ref, todo: queue.Queue, stop: threading.Event) -> None:
+  """A prefetch thread: makes the steps `todo` names until told to stop, or until its
+  iterator is gone."""
+  while not stop.is_set():
+    try:
+      step = todo.get(timeout=1.0)
+    except queue.Empty:
+      if iterator() is None:
+        return
+      continue
+    owner = iterator()
+    if step is None or owner is None:
+      return
+    owner._work_on(step)
+    del owner  # no strong reference while waiting
 
 
 def _average(previous: float, value: float, weight: float = 0.2) -> float:
