@@ -154,6 +154,8 @@ def test_classify_tag_answer_equal_the_trainers_eval_records(runs, arch, kind):
         (r['start'], r['end']) if r['prediction'] else (None, None) for r in records]
     np.testing.assert_allclose([o['score'] for o in out], [r['score'] for r in records],
                                atol=1e-4)  # records round the score to 4 decimals
+    # Records round the probability to 6 decimals (5e-7), and the two compiled graphs may
+    # differ in the last float32 bits (6.5e-7 more, seen on a Zen 3 CPU).
     np.testing.assert_allclose([o['probability'] for o in out],
-                               [r['probability'] for r in records], atol=1e-6)
+                               [r['probability'] for r in records], atol=2e-6)
 

@@ -59,7 +59,7 @@ def test_dot_general_reshapes_to_a_matmul_with_the_same_result(dims, shape_x, sh
                              rtol=1e-2, atol=2e-2)
 
 
-def test_dense_is_nn_dense_bit_for_bit_in_float32_and_sums_its_bias_in_float32_in_bfloat16():
+def test_dense_is_nn_dense_in_float32_and_sums_its_bias_in_float32_in_bfloat16():
   import flax.linen as nn
 
   from encoder.modules.layers import Dense
@@ -74,9 +74,11 @@ def test_dense_is_nn_dense_bit_for_bit_in_float32_and_sums_its_bias_in_float32_i
   def loss(module, p, x):
     return jnp.sum(jnp.sin(module.apply(p, x).astype(jnp.float32)))
 
+  # The same arithmetic; XLA:CPU may order the two graphs' sums differently: bit for bit on
+  # AVX-512 Xeons, within 2.1e-7 relative (one or two float32 ulps) on an AVX2 Zen 3.
   for a, b in zip(jax.grad(loss, argnums=(1, 2))(ours, params, x),
                   jax.grad(loss, argnums=(1, 2))(theirs, params, x), strict=True):
-    jax.tree.map(np.testing.assert_array_equal, a, b)
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7), a, b)
   # bfloat16: the bias gradient is the float32 sum of the bfloat16 cotangent, and no
   # reduce-window (XLA:CPU's slow form of a bfloat16 sum) is left in the compiled gradient.
   half = Dense(16, dtype=jnp.bfloat16, **init)
