@@ -142,6 +142,7 @@ def configure() -> None:
     fsspec.config.conf.get('gcs', {}).pop('endpoint_url', None)
     for protocol in _FSSPEC_PROTOCOL.values():
       fsspec.get_filesystem_class(protocol).clear_instance_cache()
+    _forget_epath_filesystems()
   _applied = wanted
   gcs_emulator, aws_endpoint = wanted
   if gcs_emulator:
@@ -162,6 +163,18 @@ def configure() -> None:
   for protocol in _FSSPEC_PROTOCOL.values():
     fsspec.config.conf.setdefault(protocol, {})['use_listings_cache'] = False
   _request_timeouts(fsspec.config.conf)
+
+
+def _forget_epath_filesystems() -> None:
+  """epath keeps the first filesystem it made for each protocol (an lru_cache), whatever the
+  endpoint since: forgotten too, so Orbax and epath's other users follow a changed endpoint."""
+  try:
+    from etils.epath import backend
+  except ImportError:
+    return
+  cached = getattr(getattr(backend, 'fsspec_backend', None), '_get_filesystem', None)
+  if hasattr(cached, 'cache_clear'):
+    cached.cache_clear()
 
 
 def _request_timeouts(conf: dict) -> None:
@@ -292,7 +305,10 @@ def open(path, mode: str = 'r', encoding: str | None = None):  # noqa: A001 - mi
     return upload if 'b' in mode else io.TextIOWrapper(upload, encoding=encoding or 'utf-8')
   if mode.strip('bt') == 'r' and not isfile(path):
     raise FileNotFoundError(path)
-  return epath(path).open(mode, encoding=None if 'b' in mode else encoding or 'utf-8')
+  # The client configure() set up last, the one `_call` uses.
+  if 'b' in mode:
+    return filesystem(path).open(path, mode)
+  return filesystem(path).open(path, mode, encoding=encoding or 'utf-8')
 
 
 class _UploadOnClose(io.BytesIO):

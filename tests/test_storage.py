@@ -126,7 +126,11 @@ def test_checkpoint_retries_are_counted(cloud_env, gcs_emulator, monkeypatch):
     checkpointer.close()
     monkeypatch.setenv('STORAGE_EMULATOR_HOST', gcs_emulator)
   assert retried_since(before, 'checkpoint') > 0  # some of the 503s met tensorstore
-  assert retried_since(before, 'checkpoint', 'gcsfs', 'upload') == proxy.faults
+  # Each 503 is one retry, but for the Checkpointer's two bounded looks at the bucket (its
+  # constructor's and the save's `isdir`): gcsfs's `_info` may take a 503 on the object as
+  # "no such object" and list the prefix instead, absorbing it without a retry.
+  retried = retried_since(before, 'checkpoint', 'gcsfs', 'upload', 'call')
+  assert proxy.faults - 2 <= retried <= proxy.faults
   saved = Checkpointer(workdir, keep=1).restore_newest_readable(toy_state(params))
   assert saved.step == 1
   np.testing.assert_array_equal(saved.state.params['encoder']['w'], params['encoder']['w'])
