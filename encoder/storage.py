@@ -182,16 +182,16 @@ def _request_timeouts(conf: dict) -> None:
   epath, streamed reads): gcsfs hands aiohttp no timeout at all unless given one, so a server
   that accepts and never answers holds a request forever. s3fs has its own (5 s to connect,
   15 s a read). A silent socket is what times out, not a slow transfer."""
+  global _our_timeout
   import aiohttp
   seconds = store_retry.DEFAULT.timeout_s
   gcs = conf.setdefault('gcs', {})
-  if 'requests_timeout' not in gcs or gcs['requests_timeout'] in _our_timeouts:
-    gcs['requests_timeout'] = aiohttp.ClientTimeout(total=None, sock_connect=seconds,
-                                                    sock_read=seconds)
-    _our_timeouts.append(gcs['requests_timeout'])
+  if 'requests_timeout' not in gcs or gcs['requests_timeout'] is _our_timeout:
+    _our_timeout = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+    gcs['requests_timeout'] = _our_timeout
 
 
-_our_timeouts: list = []  # the ClientTimeouts set above (a user's own setting is kept)
+_our_timeout = None  # the ClientTimeout set above (a user's own setting is kept)
 
 
 def _derive(name: str, value: str) -> None:
@@ -254,9 +254,14 @@ def isdir(path) -> bool:
 
 
 def isfile(path) -> bool:
-  if is_remote(path):
-    return exists(path) and not isdir(path)
-  return os.path.isfile(path)
+  if not is_remote(path):
+    return os.path.isfile(path)
+  try:
+    return _call(check(path), 'info', path)['type'] != 'directory'  # one request, not two
+  except store_retry.StoreError as e:
+    if _missing(e):
+      return False
+    raise
 
 
 def getsize(path) -> int:

@@ -33,7 +33,7 @@ def silent_store(monkeypatch):
 @pytest.mark.parametrize('call, name', [
     (lambda p: storage.exists(p), 'exists'),
     (lambda p: storage.listdir(p), 'ls'),
-    (lambda p: storage.read_text(p), 'exists'),
+    (lambda p: storage.read_text(p), 'info'),
     (lambda p: storage.write_atomic(p, 'x'), 'upload'),
     (lambda p: storage.rmtree(p), 'rm'),
     (lambda p: storage.glob(p + '/*'), 'glob'),

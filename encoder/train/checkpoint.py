@@ -195,13 +195,13 @@ class Checkpointer:
     if jax.process_index() != 0:  # Orbax moves old steps into TRASH on the primary host only
       return
     trash = os.path.join(self.directory, TRASH)
+    if not storage.is_remote(trash):
+      storage.rmtree(trash, ignore_errors=True)
+      return
     try:
-      if storage.is_remote(trash):
-        storage.rmtree(trash)
-      else:
-        storage.rmtree(trash, ignore_errors=True)
-    except FileNotFoundError:
-      pass
+      storage.rmtree(trash, ignore_errors=False)
+    except FileNotFoundError:  # nothing in the trash
+      return
     except store_retry.StoreError as e:
       log.warning('warning: old checkpoints in %s not deleted yet (%s); tried again after the '
                   'next save', trash, e)
